@@ -1,0 +1,74 @@
+//! 64-byte aligned byte storage and the few reinterpreting casts the crate
+//! needs. Every unsafe cast of the loader and the arena lives here, next to
+//! the checks that make it sound.
+
+use super::error::{MlError, Result};
+
+/// The alignment of every array in a .mlb file and of every arena buffer:
+/// one cache line, and the widest SIMD load (AVX-512).
+pub const ALIGN: usize = 64;
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; ALIGN]);
+
+/// A zero-initialised byte buffer whose start is 64-byte aligned.
+pub struct AlignedBytes {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl AlignedBytes {
+    /// Allocates `len` zero bytes, or fails with NoMem instead of aborting.
+    pub fn zeroed(len: usize, what: &str) -> Result<Self> {
+        let n_lines = len.div_ceil(ALIGN);
+        let mut lines = Vec::new();
+        lines.try_reserve_exact(n_lines).map_err(|_| {
+            MlError::no_mem(format!("cannot allocate {len} bytes for the {what}"))
+        })?;
+        lines.resize(n_lines, Line([0; ALIGN]));
+        Ok(AlignedBytes { lines, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `lines` owns n_lines * ALIGN >= len initialised bytes; Line is
+        // repr(C) plain bytes without padding.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_bytes`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+/// Views bytes as signed bytes.
+pub fn bytes_as_i8(b: &[u8]) -> &[i8] {
+    // SAFETY: u8 and i8 have the same size and alignment and every bit
+    // pattern is valid for both.
+    unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<i8>(), b.len()) }
+}
+
+/// Views 4-byte aligned bytes, a whole number of f32s long, as f32s. The
+/// loader has checked both for every array; a violation here is a logic error
+/// and yields a Format error rather than undefined behaviour.
+pub fn bytes_as_f32(b: &[u8]) -> Result<&[f32]> {
+    if b.as_ptr() as usize % std::mem::align_of::<f32>() != 0 || b.len() % 4 != 0 {
+        return Err(MlError::format(format!(
+            "f32 array at {:p} of {} bytes is misaligned or ragged",
+            b.as_ptr(),
+            b.len()
+        )));
+    }
+    // SAFETY: alignment and length were checked above; every bit pattern is
+    // a valid f32; the lifetime is that of `b`.
+    Ok(unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<f32>(), b.len() / 4) })
+}

@@ -1,0 +1,158 @@
+//! The CPU guard (spec §6): what this build needs, what the host has, and
+//! the check that runs before any kernel can.
+//!
+//! This module is compiled for the target's baseline ISA (no
+//! `#[target_feature]` here), so running it can never fault.
+
+use super::error::{MlError, Result};
+
+/// The tier this build was compiled for (mirrors `kernels::TIER`).
+pub fn build_tier() -> &'static str {
+    crate::kernels::TIER
+}
+
+/// CPU features, by their Linux /proc/cpuinfo-style names, that the kernels
+/// bound in this build execute.
+pub fn required_features() -> &'static [&'static str] {
+    crate::kernels::REQUIRED_FEATURES
+}
+
+/// The relevant features of the host CPU, as usable by this process (for
+/// x86 that includes the OS having enabled the register state).
+pub fn host_features() -> Vec<&'static str> {
+    detect::features()
+}
+
+/// Features this build needs that the host lacks.
+pub fn missing_features() -> Vec<&'static str> {
+    let host = host_features();
+    required_features().iter().copied().filter(|f| !host.contains(f)).collect()
+}
+
+/// Fails with an Isa error naming every missing feature.
+pub fn check() -> Result<()> {
+    let missing = missing_features();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(MlError::isa(format!(
+        "this build needs {}; missing: {}; this CPU has: {}",
+        build_tier(),
+        missing.join(" "),
+        host_features().join(" ")
+    )))
+}
+
+/// The guard for binaries: on failure, prints the error and exits 7. Call it
+/// first in `main` (and in every test binary) before any kernel runs.
+pub fn guard() {
+    if let Err(e) = check() {
+        eprintln!("error: {e}");
+        std::process::exit(e.kind.exit_code());
+    }
+}
+
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+mod detect {
+    #[cfg(target_arch = "x86")]
+    use core::arch::x86::{CpuidResult, __cpuid_count, _xgetbv};
+    #[cfg(target_arch = "x86_64")]
+    use core::arch::x86_64::{CpuidResult, __cpuid_count, _xgetbv};
+
+    fn cpuid(leaf: u32, sub: u32) -> CpuidResult {
+        // SAFETY: CPUID exists on every x86-64 CPU and on every CPU the i686
+        // target supports; it only reads identification registers.
+        #[allow(unused_unsafe)]
+        unsafe {
+            __cpuid_count(leaf, sub)
+        }
+    }
+
+    /// XCR0: which register state the OS saves (so may be used).
+    #[target_feature(enable = "xsave")]
+    unsafe fn xcr0() -> u64 {
+        _xgetbv(0)
+    }
+
+    pub fn features() -> Vec<&'static str> {
+        let bit = |r: u32, b: u32| r >> b & 1 == 1;
+        let max_leaf = cpuid(0, 0).eax;
+        let l1 = cpuid(1, 0);
+        let (l7, l7_1) = if max_leaf >= 7 { (cpuid(7, 0), cpuid(7, 1)) } else { (cpuid(0, 0), cpuid(0, 0)) };
+        let has7 = max_leaf >= 7;
+        let osxsave = bit(l1.ecx, 27);
+        // SAFETY: OSXSAVE set means the OS enabled XSAVE and XGETBV is legal.
+        let xcr0 = if osxsave { unsafe { xcr0() } } else { 0 };
+        let ymm_state = xcr0 & 0x6 == 0x6;
+        let zmm_state = xcr0 & 0xE6 == 0xE6;
+        let mut f = Vec::new();
+        let mut add = |name: &'static str, present: bool| {
+            if present {
+                f.push(name)
+            }
+        };
+        add("sse2", bit(l1.edx, 26));
+        add("sse3", bit(l1.ecx, 0));
+        add("ssse3", bit(l1.ecx, 9));
+        add("sse4_1", bit(l1.ecx, 19));
+        add("sse4_2", bit(l1.ecx, 20));
+        add("avx", bit(l1.ecx, 28) && ymm_state);
+        add("fma", bit(l1.ecx, 12) && ymm_state);
+        add("avx2", has7 && bit(l7.ebx, 5) && ymm_state);
+        add("avx_vnni", has7 && bit(l7_1.eax, 4) && ymm_state);
+        add("avx512f", has7 && bit(l7.ebx, 16) && zmm_state);
+        add("avx512bw", has7 && bit(l7.ebx, 30) && zmm_state);
+        add("avx512vl", has7 && bit(l7.ebx, 31) && zmm_state);
+        add("avx512_vnni", has7 && bit(l7.ecx, 11) && zmm_state);
+        f
+    }
+}
+
+#[cfg(all(any(target_arch = "aarch64", target_arch = "arm"), target_os = "linux"))]
+mod detect {
+    extern "C" {
+        fn getauxval(kind: core::ffi::c_ulong) -> core::ffi::c_ulong;
+    }
+    const AT_HWCAP: core::ffi::c_ulong = 16;
+    #[cfg(target_arch = "aarch64")]
+    const AT_HWCAP2: core::ffi::c_ulong = 26;
+
+    fn auxval(kind: core::ffi::c_ulong) -> u64 {
+        // SAFETY: getauxval is a plain glibc/musl query with no preconditions;
+        // unknown kinds return 0.
+        unsafe { getauxval(kind) as u64 }
+    }
+
+    pub fn features() -> Vec<&'static str> {
+        let hwcap = auxval(AT_HWCAP);
+        let mut f = Vec::new();
+        #[cfg(target_arch = "aarch64")]
+        {
+            let _hwcap2 = auxval(AT_HWCAP2);
+            for (name, b) in [("asimd", 1), ("asimddp", 20), ("sve", 22)] {
+                if hwcap >> b & 1 == 1 {
+                    f.push(name);
+                }
+            }
+        }
+        #[cfg(target_arch = "arm")]
+        for (name, b) in [("neon", 12), ("vfpv4", 16)] {
+            if hwcap >> b & 1 == 1 {
+                f.push(name);
+            }
+        }
+        f
+    }
+}
+
+#[cfg(not(any(
+    target_arch = "x86",
+    target_arch = "x86_64",
+    all(any(target_arch = "aarch64", target_arch = "arm"), target_os = "linux")
+)))]
+mod detect {
+    /// No detection on this platform: builds here are trusted at compile time.
+    pub fn features() -> Vec<&'static str> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,11 @@
+//! Core: types and memory shared by every layer above. Depends on nothing else
+//! in the crate.
+
+pub mod aligned;
+pub mod arena;
+pub mod error;
+pub mod file;
+pub mod isa;
+pub mod quant;
+pub mod rng;
+pub mod tensor;

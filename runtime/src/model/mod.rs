@@ -1,0 +1,84 @@
+//! The model layer: the .mlb file, the forward pass, sampling and tokenizing.
+
+pub mod format;
+pub mod gen;
+pub mod sampler;
+pub mod tokenizer;
+pub mod transformer;
+pub mod writer;
+
+use crate::core::aligned::bytes_as_f32;
+use crate::core::error::{MlError, Result};
+use crate::core::file::Storage;
+use crate::core::tensor::QTensor;
+use format::{Header, Layout, TensorEntry, TensorKind};
+use std::path::Path;
+
+/// A loaded, validated model: its bytes (mapped or owned) and where every
+/// tensor lies in them.
+pub struct Model {
+    storage: Storage,
+    layout: Layout,
+}
+
+impl Model {
+    /// Maps (or reads) and validates a .mlb file.
+    pub fn open(path: &Path) -> Result<Model> {
+        Model::from_storage(Storage::open(path)?).map_err(|e| MlError::new(e.kind, format!("{}: {}", path.display(), e.message)))
+    }
+
+    /// Validates a .mlb image held in memory (copied into aligned storage).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Model> {
+        Model::from_storage(Storage::from_bytes(bytes)?)
+    }
+
+    fn from_storage(storage: Storage) -> Result<Model> {
+        let layout = Layout::validate(storage.bytes())?;
+        let model = Model { storage, layout };
+        model.check_values()?;
+        Ok(model)
+    }
+
+    /// Scales and norm weights must be finite: a NaN there would silently
+    /// poison every logit. The scan touches only the f32 arrays.
+    fn check_values(&self) -> Result<()> {
+        for t in &self.layout.tensors {
+            let (what, values) = match t.kind {
+                TensorKind::F32 => ("weight", self.f32_array(t.q_offset, t.q_bytes)?),
+                TensorKind::Quant => ("scale", self.f32_array(t.d_offset, t.d_bytes)?),
+            };
+            if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+                return Err(MlError::format(format!("tensor {} {what} #{i} is {}, not finite", t.name, values[i])));
+            }
+        }
+        Ok(())
+    }
+
+    fn f32_array(&self, offset: usize, bytes: usize) -> Result<&[f32]> {
+        bytes_as_f32(&self.storage.bytes()[offset..offset + bytes])
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.layout.header
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The f32 vector of a norm tensor.
+    pub fn vector(&self, t: &TensorEntry) -> Result<&[f32]> {
+        self.f32_array(t.q_offset, t.q_bytes)
+    }
+
+    /// The quantized matrix view of a weight tensor.
+    pub fn matrix(&self, t: &TensorEntry) -> Result<QTensor<'_>> {
+        Ok(QTensor {
+            wtype: self.layout.header.wtype,
+            rows: t.rows,
+            cols: t.cols,
+            q: &self.storage.bytes()[t.q_offset..t.q_offset + t.q_bytes],
+            d: self.f32_array(t.d_offset, t.d_bytes)?,
+        })
+    }
+}

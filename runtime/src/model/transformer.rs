@@ -1,0 +1,288 @@
+//! The forward pass (spec §6): one token in, logits out, with an F32 KV
+//! cache, grouped-query attention and interleaved RoPE. Every buffer lives in
+//! one arena sized at load; a decode step allocates nothing.
+
+use super::format::{Header, TensorEntry};
+use super::Model;
+use crate::core::arena::{Arena, Carver};
+use crate::core::error::{MlError, Result};
+use crate::core::quant::{dequantize_row_q4, dequantize_row_q8, QK};
+use crate::core::tensor::{QTensor, WType};
+use crate::ops;
+
+struct LayerWeights<'m> {
+    attn_norm: &'m [f32],
+    wq: QTensor<'m>,
+    wk: QTensor<'m>,
+    wv: QTensor<'m>,
+    wo: QTensor<'m>,
+    ffn_norm: &'m [f32],
+    w1: QTensor<'m>,
+    w2: QTensor<'m>,
+    w3: QTensor<'m>,
+}
+
+/// Views of every weight, resolved once at load.
+struct Weights<'m> {
+    tok_emb: QTensor<'m>,
+    layers: Vec<LayerWeights<'m>>,
+    final_norm: &'m [f32],
+    wcls: QTensor<'m>,
+}
+
+impl<'m> Weights<'m> {
+    fn new(model: &'m Model) -> Result<Weights<'m>> {
+        let mut tensors = model.layout().tensors.iter();
+        let mut next = || -> Result<&'m TensorEntry> {
+            tensors.next().ok_or_else(|| MlError::format("tensor table is shorter than the header implies"))
+        };
+        let tok_emb = model.matrix(next()?)?;
+        let mut layers = Vec::new();
+        for _ in 0..model.header().n_layers {
+            layers.push(LayerWeights {
+                attn_norm: model.vector(next()?)?,
+                wq: model.matrix(next()?)?,
+                wk: model.matrix(next()?)?,
+                wv: model.matrix(next()?)?,
+                wo: model.matrix(next()?)?,
+                ffn_norm: model.vector(next()?)?,
+                w1: model.matrix(next()?)?,
+                w2: model.matrix(next()?)?,
+                w3: model.matrix(next()?)?,
+            });
+        }
+        let final_norm = model.vector(next()?)?;
+        let wcls = if model.header().shared_classifier { tok_emb } else { model.matrix(next()?)? };
+        Ok(Weights {
+            tok_emb,
+            layers,
+            final_norm,
+            wcls,
+        })
+    }
+}
+
+/// The arena's regions, in carving order.
+#[derive(Clone, Copy)]
+enum Region {
+    X,
+    Xb,
+    Xb2,
+    Hb,
+    Hb2,
+    Q,
+    Att,
+    Logits,
+    KeyCache,
+    ValueCache,
+    ActQuants,
+    ActScales,
+    RopeCos,
+    RopeSin,
+}
+const REGIONS: usize = Region::RopeSin as usize + 1;
+
+/// Byte size of every region for a header, or NoMem on overflow.
+fn region_bytes(h: &Header) -> Result<[usize; REGIONS]> {
+    let too_big = || MlError::no_mem(format!(
+        "run-time buffers for max_seq {} x n_layers {} x kv_dim {} overflow the address space",
+        h.max_seq, h.n_layers, h.kv_dim()
+    ));
+    let f32s = |n: u64| -> Result<usize> { n.checked_mul(4).and_then(|b| usize::try_from(b).ok()).ok_or_else(too_big) };
+    let (dim, hidden, seq) = (h.dim as u64, h.hidden_dim as u64, h.max_seq as u64);
+    let cache = (h.n_layers as u64).checked_mul(seq).and_then(|v| v.checked_mul(h.kv_dim() as u64)).ok_or_else(too_big)?;
+    let rope = seq.checked_mul(h.head_dim() as u64 / 2).ok_or_else(too_big)?;
+    let widest = dim.max(hidden);
+    let mut r = [0usize; REGIONS];
+    r[Region::X as usize] = f32s(dim)?;
+    r[Region::Xb as usize] = f32s(dim)?;
+    r[Region::Xb2 as usize] = f32s(dim)?;
+    r[Region::Hb as usize] = f32s(hidden)?;
+    r[Region::Hb2 as usize] = f32s(hidden)?;
+    r[Region::Q as usize] = f32s(dim)?;
+    r[Region::Att as usize] = f32s((h.n_heads as u64).checked_mul(seq).ok_or_else(too_big)?)?;
+    r[Region::Logits as usize] = f32s(h.vocab as u64)?;
+    r[Region::KeyCache as usize] = f32s(cache)?;
+    r[Region::ValueCache as usize] = f32s(cache)?;
+    r[Region::ActQuants as usize] = usize::try_from(widest).map_err(|_| too_big())?;
+    r[Region::ActScales as usize] = f32s(widest / QK as u64)?;
+    r[Region::RopeCos as usize] = f32s(rope)?;
+    r[Region::RopeSin as usize] = f32s(rope)?;
+    Ok(r)
+}
+
+/// The arena carved into named buffers for one step.
+struct Buffers<'a> {
+    x: &'a mut [f32],
+    xb: &'a mut [f32],
+    xb2: &'a mut [f32],
+    hb: &'a mut [f32],
+    hb2: &'a mut [f32],
+    q: &'a mut [f32],
+    att: &'a mut [f32],
+    logits: &'a mut [f32],
+    key_cache: &'a mut [f32],
+    value_cache: &'a mut [f32],
+    act_q: &'a mut [i8],
+    act_d: &'a mut [f32],
+    rope_cos: &'a mut [f32],
+    rope_sin: &'a mut [f32],
+}
+
+impl<'a> Buffers<'a> {
+    fn carve(mut c: Carver<'a>, r: &[usize; REGIONS]) -> Buffers<'a> {
+        use Region::*;
+        Buffers {
+            x: c.f32s(r[X as usize]),
+            xb: c.f32s(r[Xb as usize]),
+            xb2: c.f32s(r[Xb2 as usize]),
+            hb: c.f32s(r[Hb as usize]),
+            hb2: c.f32s(r[Hb2 as usize]),
+            q: c.f32s(r[Q as usize]),
+            att: c.f32s(r[Att as usize]),
+            logits: c.f32s(r[Logits as usize]),
+            key_cache: c.f32s(r[KeyCache as usize]),
+            value_cache: c.f32s(r[ValueCache as usize]),
+            act_q: c.i8s(r[ActQuants as usize]),
+            act_d: c.f32s(r[ActScales as usize]),
+            rope_cos: c.f32s(r[RopeCos as usize]),
+            rope_sin: c.f32s(r[RopeSin as usize]),
+        }
+    }
+}
+
+/// A model ready to decode: its weights and its run-time state.
+pub struct Transformer<'m> {
+    header: Header,
+    weights: Weights<'m>,
+    regions: [usize; REGIONS],
+    arena: Arena,
+}
+
+impl<'m> Transformer<'m> {
+    pub fn new(model: &'m Model) -> Result<Transformer<'m>> {
+        let header = *model.header();
+        let regions = region_bytes(&header)?;
+        let arena = Arena::new(&regions, "run-time buffers")?;
+        let mut t = Transformer {
+            header,
+            weights: Weights::new(model)?,
+            regions,
+            arena,
+        };
+        t.fill_rope_tables();
+        Ok(t)
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Bytes of the run-time arena.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena.len()
+    }
+
+    fn buffers(&mut self) -> Buffers<'_> {
+        Buffers::carve(self.arena.carver(), &self.regions)
+    }
+
+    /// cos/sin of pos · θ^(−2i/head_dim) for every position and pair,
+    /// computed in f64 so every platform's libm rounds to the same f32.
+    fn fill_rope_tables(&mut self) {
+        let half = self.header.head_dim() as usize / 2;
+        let (theta, head_dim) = (self.header.rope_theta as f64, self.header.head_dim() as f64);
+        let b = self.buffers();
+        for (p, (cos_row, sin_row)) in b.rope_cos.chunks_exact_mut(half).zip(b.rope_sin.chunks_exact_mut(half)).enumerate() {
+            for i in 0..half {
+                let angle = p as f64 * theta.powf(-2.0 * i as f64 / head_dim);
+                cos_row[i] = angle.cos() as f32;
+                sin_row[i] = angle.sin() as f32;
+            }
+        }
+    }
+
+    /// Runs one token at position `pos` and returns the logits.
+    pub fn forward(&mut self, token: u32, pos: usize) -> Result<&[f32]> {
+        let h = self.header;
+        if token >= h.vocab {
+            return Err(MlError::shape(format!("token id {token} is outside the vocabulary of {}", h.vocab)));
+        }
+        if pos >= h.max_seq as usize {
+            return Err(MlError::shape(format!(
+                "position {pos} is past the model's context: max_seq is {}",
+                h.max_seq
+            )));
+        }
+        let (kv_dim, head_dim) = (h.kv_dim() as usize, h.head_dim() as usize);
+        let (n_heads, n_kv_heads, seq) = (h.n_heads as usize, h.n_kv_heads as usize, h.max_seq as usize);
+        let group = n_heads / n_kv_heads;
+        let half = head_dim / 2;
+        let inv_sqrt_hd = 1.0 / (head_dim as f32).sqrt();
+        let weights = &self.weights;
+        let b = Buffers::carve(self.arena.carver(), &self.regions);
+
+        embed(b.x, &weights.tok_emb, token as usize);
+        let cos = &b.rope_cos[pos * half..(pos + 1) * half];
+        let sin = &b.rope_sin[pos * half..(pos + 1) * half];
+
+        for (l, lw) in weights.layers.iter().enumerate() {
+            let cache_at = |t: usize| (l * seq + t) * kv_dim;
+            // Attention.
+            ops::rmsnorm(b.xb, b.x, lw.attn_norm, h.norm_eps);
+            let qa = ops::quantize(b.act_q, b.act_d, b.xb);
+            let row = cache_at(pos);
+            let k = &mut b.key_cache[row..row + kv_dim];
+            let v = &mut b.value_cache[row..row + kv_dim];
+            ops::matvec(b.q, &lw.wq, &qa);
+            ops::matvec(k, &lw.wk, &qa);
+            ops::matvec(v, &lw.wv, &qa);
+            ops::rope(b.q, k, cos, sin, head_dim, n_heads, n_kv_heads);
+
+            for head in 0..n_heads {
+                let kv_off = (head / group) * head_dim;
+                let q_h = &b.q[head * head_dim..(head + 1) * head_dim];
+                let att = &mut b.att[head * seq..head * seq + pos + 1];
+                for (t, score) in att.iter_mut().enumerate() {
+                    let k_t = &b.key_cache[cache_at(t) + kv_off..cache_at(t) + kv_off + head_dim];
+                    *score = ops::dot_f32(q_h, k_t) * inv_sqrt_hd;
+                }
+                ops::softmax(att);
+                let out = &mut b.xb[head * head_dim..(head + 1) * head_dim];
+                out.fill(0.0);
+                for (t, &p) in att.iter().enumerate() {
+                    let v_t = &b.value_cache[cache_at(t) + kv_off..cache_at(t) + kv_off + head_dim];
+                    ops::axpy_f32(out, p, v_t);
+                }
+            }
+            let qa = ops::quantize(b.act_q, b.act_d, b.xb);
+            ops::matvec(b.xb2, &lw.wo, &qa);
+            ops::add(b.x, b.xb2);
+
+            // Feed-forward: w2 · (silu(w1 · h) ⊙ (w3 · h)).
+            ops::rmsnorm(b.xb, b.x, lw.ffn_norm, h.norm_eps);
+            let qa = ops::quantize(b.act_q, b.act_d, b.xb);
+            ops::matvec(b.hb, &lw.w1, &qa);
+            ops::matvec(b.hb2, &lw.w3, &qa);
+            ops::silu_mul(b.hb, b.hb2);
+            let qa = ops::quantize(b.act_q, b.act_d, b.hb);
+            ops::matvec(b.xb2, &lw.w2, &qa);
+            ops::add(b.x, b.xb2);
+        }
+        ops::rmsnorm(b.xb, b.x, weights.final_norm, h.norm_eps);
+        let qa = ops::quantize(b.act_q, b.act_d, b.xb);
+        ops::matvec(b.logits, &weights.wcls, &qa);
+        Ok(b.logits)
+    }
+}
+
+/// Dequantizes one row of the embedding table into `x`.
+fn embed(x: &mut [f32], tok_emb: &QTensor, token: usize) {
+    let nb = tok_emb.blocks_per_row();
+    let d = &tok_emb.d[token * nb..(token + 1) * nb];
+    let row = &tok_emb.q[token * tok_emb.row_bytes()..(token + 1) * tok_emb.row_bytes()];
+    match tok_emb.wtype {
+        WType::Q8_0 => dequantize_row_q8(crate::core::aligned::bytes_as_i8(row), d, x),
+        WType::Q4_0 => dequantize_row_q4(row, d, x),
+    }
+}

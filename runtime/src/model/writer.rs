@@ -1,0 +1,81 @@
+//! Writing .mlb files: quantize f32 tensors in the format's order and lay
+//! them out exactly as `Layout` says, then publish the file atomically.
+
+use super::format::{Header, Layout, TensorEntry, TensorKind};
+use crate::core::error::{MlError, Result};
+use crate::core::quant::{quantize_row_q4, quantize_row_q8, QK};
+use crate::core::tensor::WType;
+use std::io::Write;
+use std::path::Path;
+
+/// Writes a model. `fill` receives each tensor's entry and a zeroed f32
+/// buffer of its elements (row-major) to fill. Returns the bytes written.
+pub fn write_model<W: Write + ?Sized>(
+    out: &mut W,
+    header: &Header,
+    mut fill: impl FnMut(&TensorEntry, &mut [f32]) -> Result<()>,
+) -> Result<usize> {
+    let layout = Layout::from_header(*header)?;
+    let io = |e: std::io::Error| MlError::io(format!("cannot write model: {e}"));
+    let mut pos = 0usize;
+    let mut put = |out: &mut W, offset: usize, bytes: &[u8]| -> Result<()> {
+        const ZEROS: [u8; 64] = [0; 64];
+        out.write_all(&ZEROS[..offset - pos]).map_err(io)?;
+        out.write_all(bytes).map_err(io)?;
+        pos = offset + bytes.len();
+        Ok(())
+    };
+    put(out, 0, &header.to_bytes())?;
+    let mut values = Vec::new();
+    for t in &layout.tensors {
+        values.clear();
+        values.resize(t.elements(), 0.0f32);
+        fill(t, &mut values)?;
+        match t.kind {
+            TensorKind::F32 => put(out, t.q_offset, &f32_bytes(&values))?,
+            TensorKind::Quant => {
+                let mut d = vec![0.0f32; t.elements() / QK];
+                let q = match header.wtype {
+                    WType::Q8_0 => {
+                        let mut q = vec![0i8; t.elements()];
+                        quantize_row_q8(&values, &mut q, &mut d);
+                        q.into_iter().map(|v| v as u8).collect()
+                    }
+                    WType::Q4_0 => {
+                        let mut q = vec![0u8; t.q_bytes];
+                        quantize_row_q4(&values, &mut q, &mut d);
+                        q
+                    }
+                };
+                put(out, t.q_offset, &q)?;
+                put(out, t.d_offset, &f32_bytes(&d))?;
+            }
+        }
+    }
+    Ok(layout.file_bytes)
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Writes to a temporary file beside `path`, syncs it, then renames it over
+/// `path`: a failed write (a full disk, say) never leaves a half-written
+/// model where a good one is expected.
+pub fn save_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
+    let shown = path.display();
+    let name = path.file_name().ok_or_else(|| MlError::io(format!("{shown} is not a file path")))?;
+    let tmp = path.with_file_name(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    let result = (|| {
+        let file = std::fs::File::create(&tmp).map_err(|e| MlError::io(format!("cannot create {}: {e}", tmp.display())))?;
+        let mut buf = std::io::BufWriter::new(file);
+        write(&mut buf)?;
+        let file = buf.into_inner().map_err(|e| MlError::io(format!("cannot write {shown}: {}", e.error())))?;
+        file.sync_all().map_err(|e| MlError::io(format!("cannot sync {shown}: {e}")))?;
+        std::fs::rename(&tmp, path).map_err(|e| MlError::io(format!("cannot rename into {shown}: {e}")))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
