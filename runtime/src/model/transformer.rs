@@ -203,7 +203,7 @@ impl<'m> Transformer<'m> {
     }
 
     /// Runs one token at position `pos` and returns the logits.
-    pub fn forward(&mut self, token: u32, pos: usize) -> Result<&[f32]> {
+    pub fn forward(&mut self, token: u32, pos: usize) -> Result<&mut [f32]> {
         let h = self.header;
         if token >= h.vocab {
             return Err(MlError::shape(format!("token id {token} is outside the vocabulary of {}", h.vocab)));
@@ -273,6 +273,28 @@ impl<'m> Transformer<'m> {
         let qa = ops::quantize(b.act_q, b.act_d, b.xb);
         ops::matvec(b.logits, &weights.wcls, &qa);
         Ok(b.logits)
+    }
+}
+
+impl Transformer<'_> {
+    /// Runs every prompt token from position 0 and returns the logits after
+    /// the last one. A prompt longer than the context is refused up front.
+    pub fn prefill(&mut self, prompt: &[u32]) -> Result<&mut [f32]> {
+        let max_seq = self.header.max_seq as usize;
+        if prompt.is_empty() {
+            return Err(MlError::shape("the prompt is empty; give at least one token"));
+        }
+        if prompt.len() > max_seq {
+            return Err(MlError::shape(format!(
+                "the prompt has {} tokens but the model's context (max_seq) is {max_seq}",
+                prompt.len()
+            )));
+        }
+        let (last, rest) = prompt.split_last().ok_or_else(|| MlError::shape("empty prompt"))?;
+        for (pos, &token) in rest.iter().enumerate() {
+            self.forward(token, pos)?;
+        }
+        self.forward(*last, rest.len())
     }
 }
 

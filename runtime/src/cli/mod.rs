@@ -1,0 +1,116 @@
+//! The subcommands of `ml`, one module each.
+
+mod gen;
+mod info;
+mod logits;
+mod run;
+
+use clap::{Parser, Subcommand};
+use legacy_ml::{MlError, Result};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "ml",
+    version,
+    about = "legacy-ml: run small Llama-style models with Q8_0/Q4_0 weights on legacy and modern CPUs",
+    after_help = "Exit codes: 0 ok, 2 usage, 3 io, 4 format, 5 shape, 6 out of memory, 7 missing CPU feature."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Write a random-weight model (byte-identical for a given seed and shape).
+    Gen(gen::GenArgs),
+    /// Generate tokens from a prompt and stream them (text with -z, else ids).
+    Run(run::RunArgs),
+    /// Print, as JSON, the logits and greedy token of each step (for the harness).
+    Logits(logits::LogitsArgs),
+    /// Print the token ids of a text.
+    Tokenize(TokenizeArgs),
+    /// Print a model's header, tensor table, size and parameter count.
+    Info(info::InfoArgs),
+    /// Print this build's ISA tier, the host's CPU features and whether it can run here.
+    Isa,
+}
+
+#[derive(clap::Args)]
+pub struct TokenizeArgs {
+    /// llama2.c tokenizer.bin
+    #[arg(short = 'z', long)]
+    tokenizer: PathBuf,
+    /// Do not prepend the BOS token (id 1).
+    #[arg(long)]
+    no_bos: bool,
+    /// The text to encode.
+    text: String,
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Gen(a) => gen::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Logits(a) => logits::run(a),
+        Command::Tokenize(a) => tokenize(a),
+        Command::Info(a) => info::run(a),
+        Command::Isa => isa(),
+    }
+}
+
+fn tokenize(a: TokenizeArgs) -> Result<()> {
+    let tok = legacy_ml::model::tokenizer::Tokenizer::open(&a.tokenizer)?;
+    let ids = tok.encode(&a.text, !a.no_bos, false);
+    println!("{}", join_ids(&ids));
+    Ok(())
+}
+
+fn isa() -> Result<()> {
+    use legacy_ml::core::isa;
+    println!("build tier:        {}", isa::build_tier());
+    println!("target:            {}", std::env::consts::ARCH);
+    println!("needs features:    {}", or_none(isa::required_features()));
+    println!("host features:     {}", or_none(&isa::host_features()));
+    match isa::check() {
+        Ok(()) => {
+            println!("runs on this CPU:  yes");
+            Ok(())
+        }
+        Err(e) => {
+            println!("runs on this CPU:  no");
+            Err(e)
+        }
+    }
+}
+
+fn or_none(list: &[&str]) -> String {
+    if list.is_empty() {
+        "(none)".to_string()
+    } else {
+        list.join(" ")
+    }
+}
+
+pub fn join_ids(ids: &[u32]) -> String {
+    ids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ")
+}
+
+/// Parses "1,2,3" (spaces allowed) into token ids.
+pub fn parse_ids(s: &str) -> std::result::Result<Vec<u32>, String> {
+    let ids: std::result::Result<Vec<u32>, _> = s
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<u32>().map_err(|e| format!("token id {p:?}: {e}")))
+        .collect();
+    match ids {
+        Ok(v) if v.is_empty() => Err("no token ids given".to_string()),
+        other => other,
+    }
+}
+
+/// Writing to stdout failed (a closed pipe, a full disk).
+pub fn stdout_error(e: std::io::Error) -> MlError {
+    MlError::io(format!("cannot write to stdout: {e}"))
+}
