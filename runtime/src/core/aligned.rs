@@ -8,26 +8,34 @@ use super::error::{MlError, Result};
 /// one cache line, and the widest SIMD load (AVX-512).
 pub const ALIGN: usize = 64;
 
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; ALIGN]);
-
 /// A zero-initialised byte buffer whose start is 64-byte aligned.
+///
+/// Allocated with `alloc_zeroed`, so a large buffer (a long KV cache) costs
+/// address space, not page-touching, until it is used; and a refused
+/// allocation is a NoMem error, never an abort.
 pub struct AlignedBytes {
-    lines: Vec<Line>,
+    ptr: std::ptr::NonNull<u8>,
     len: usize,
 }
 
+// SAFETY: AlignedBytes owns its allocation exclusively, like a Vec<u8>.
+unsafe impl Send for AlignedBytes {}
+// SAFETY: shared access only hands out `&[u8]`.
+unsafe impl Sync for AlignedBytes {}
+
 impl AlignedBytes {
+    fn layout(len: usize) -> Option<std::alloc::Layout> {
+        std::alloc::Layout::from_size_align(len.max(1), ALIGN).ok()
+    }
+
     /// Allocates `len` zero bytes, or fails with NoMem instead of aborting.
     pub fn zeroed(len: usize, what: &str) -> Result<Self> {
-        let n_lines = len.div_ceil(ALIGN);
-        let mut lines = Vec::new();
-        lines.try_reserve_exact(n_lines).map_err(|_| {
-            MlError::no_mem(format!("cannot allocate {len} bytes for the {what}"))
-        })?;
-        lines.resize(n_lines, Line([0; ALIGN]));
-        Ok(AlignedBytes { lines, len })
+        let refused = || MlError::no_mem(format!("cannot allocate {len} bytes for the {what}"));
+        let layout = Self::layout(len).ok_or_else(refused)?;
+        // SAFETY: the layout has a non-zero size (len.max(1)).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(ptr).ok_or_else(refused)?;
+        Ok(AlignedBytes { ptr, len })
     }
 
     pub fn len(&self) -> usize {
@@ -39,14 +47,22 @@ impl AlignedBytes {
     }
 
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `lines` owns n_lines * ALIGN >= len initialised bytes; Line is
-        // repr(C) plain bytes without padding.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
+        // SAFETY: ptr owns len initialised (zeroed) bytes for our lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_bytes`, and `&mut self` makes the borrow unique.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBytes {
+    fn drop(&mut self) {
+        if let Some(layout) = Self::layout(self.len) {
+            // SAFETY: allocated in `zeroed` with this same layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) }
+        }
     }
 }
 

@@ -41,16 +41,20 @@ impl Sampler {
 
     /// Picks a token. `logits` is used as scratch (it becomes probabilities).
     pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
-        if self.is_greedy() || logits.is_empty() {
-            return argmax(logits);
+        let greedy = argmax(logits);
+        if self.is_greedy() || logits.iter().any(|v| !v.is_finite()) {
+            // Non-finite logits have no distribution; fall back to the
+            // deterministic choice rather than sample from NaNs.
+            return greedy;
         }
         for v in logits.iter_mut() {
             *v /= self.temperature;
         }
+        // The scalar softmax, so a seed gives the same tokens on every ISA build.
         crate::kernels::scalar::softmax(logits);
         if logits.iter().any(|p| !p.is_finite()) {
-            // Degenerate logits (inf or NaN): fall back to the deterministic choice.
-            return argmax(logits);
+            // A tiny temperature overflowed the scaled logits.
+            return greedy;
         }
         let coin = self.rng.next_f32();
         if self.top_p > 0.0 && self.top_p < 1.0 {
