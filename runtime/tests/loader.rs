@@ -172,9 +172,11 @@ fn rejects_non_finite_rope_theta_and_eps() {
 
 #[test]
 fn rejects_nonzero_header_padding() {
-    let mut bytes = valid();
-    bytes[200] = 1;
-    rejects(&bytes, ErrorKind::Format, "offset 200");
+    for offset in [52, 200, 255] {
+        let mut bytes = valid();
+        bytes[offset] = 1;
+        rejects(&bytes, ErrorKind::Format, &format!("offset {offset}"));
+    }
 }
 
 #[test]

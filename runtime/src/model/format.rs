@@ -15,7 +15,7 @@ pub const MAGIC: [u8; 4] = *b"MLB1";
 pub const VERSION: u32 = 1;
 pub const HEADER_BYTES: usize = 256;
 /// Bytes of the header that carry fields; the rest must be zero.
-const HEADER_FIELDS_END: usize = 60;
+const HEADER_FIELDS_END: usize = 52;
 
 /// The header fields, as stored.
 #[derive(Debug, Clone, Copy, PartialEq)]
