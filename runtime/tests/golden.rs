@@ -43,13 +43,22 @@ fn record(cfg: &GenConfig) -> Golden {
     for step in 0..STEPS {
         let pos = PROMPT.len() - 1 + step;
         let token = argmax(&logits);
-        steps.push(Step { pos, token, logits: logits.clone() });
+        steps.push(Step {
+            pos,
+            token,
+            logits: logits.clone(),
+        });
         if step + 1 < STEPS {
             logits = tf.forward(token, pos + 1).expect("forward").to_vec();
         }
     }
     Golden {
-        gen_args: vec!["--seed".into(), cfg.seed.to_string(), "--wtype".into(), cfg.wtype.name().into()],
+        gen_args: vec![
+            "--seed".into(),
+            cfg.seed.to_string(),
+            "--wtype".into(),
+            cfg.wtype.name().into(),
+        ],
         tokens: PROMPT.to_vec(),
         steps,
     }
@@ -73,13 +82,20 @@ fn compare_within_tolerance(name: &str, got: &Golden) {
     let path = golden_dir().join(format!("{name}.snap"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     // An insta snapshot is a YAML front matter between two `---` lines, then the content.
-    let body = text.splitn(3, "---\n").nth(2).unwrap_or_else(|| panic!("{} has no insta header", path.display()));
+    let body = text
+        .splitn(3, "---\n")
+        .nth(2)
+        .unwrap_or_else(|| panic!("{} has no insta header", path.display()));
     let want: Golden = serde_json::from_str(body).expect("snapshot body is JSON");
     assert_eq!(want.steps.len(), got.steps.len(), "{name}: step count");
     for (w, g) in want.steps.iter().zip(&got.steps) {
         assert_eq!(w.token, g.token, "{name}: greedy token differs at pos {}", w.pos);
         let scale = w.logits.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let worst = w.logits.iter().zip(&g.logits).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        let worst = w
+            .logits
+            .iter()
+            .zip(&g.logits)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
         assert!(
             worst <= E2E_TOLERANCE * scale,
             "{name}: pos {}: max |Δ| {worst} > {E2E_TOLERANCE} × max |golden| {scale}",
@@ -102,12 +118,26 @@ fn check(name: &str, cfg: GenConfig) {
 
 #[test]
 fn golden_q8_0() {
-    check("logits_q8_0", GenConfig { seed: 1, wtype: WType::Q8_0, ..GenConfig::default() });
+    check(
+        "logits_q8_0",
+        GenConfig {
+            seed: 1,
+            wtype: WType::Q8_0,
+            ..GenConfig::default()
+        },
+    );
 }
 
 #[test]
 fn golden_q4_0() {
-    check("logits_q4_0", GenConfig { seed: 2, wtype: WType::Q4_0, ..GenConfig::default() });
+    check(
+        "logits_q4_0",
+        GenConfig {
+            seed: 2,
+            wtype: WType::Q4_0,
+            ..GenConfig::default()
+        },
+    );
 }
 
 /// The recorded greedy choices must not be near-ties, or a correct ISA
@@ -116,8 +146,22 @@ fn golden_q4_0() {
 #[test]
 fn golden_choices_are_not_near_ties() {
     for (name, cfg) in [
-        ("q8_0", GenConfig { seed: 1, wtype: WType::Q8_0, ..GenConfig::default() }),
-        ("q4_0", GenConfig { seed: 2, wtype: WType::Q4_0, ..GenConfig::default() }),
+        (
+            "q8_0",
+            GenConfig {
+                seed: 1,
+                wtype: WType::Q8_0,
+                ..GenConfig::default()
+            },
+        ),
+        (
+            "q4_0",
+            GenConfig {
+                seed: 2,
+                wtype: WType::Q4_0,
+                ..GenConfig::default()
+            },
+        ),
     ] {
         for step in record(&cfg).steps {
             let mut sorted = step.logits.clone();

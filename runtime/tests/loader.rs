@@ -22,7 +22,11 @@ fn rejects(bytes: &[u8], kind: ErrorKind, needle: &str) {
         Ok(_) => panic!("accepted a file that should fail with {kind:?} ({needle})"),
         Err(e) => {
             assert_eq!(e.kind, kind, "wrong kind for: {}", e.message);
-            assert!(e.message.contains(needle), "message {:?} does not name {needle:?}", e.message);
+            assert!(
+                e.message.contains(needle),
+                "message {:?} does not name {needle:?}",
+                e.message
+            );
         }
     }
 }
@@ -45,7 +49,10 @@ fn accepts_the_generated_model_and_its_layout_is_exact() {
 
 #[test]
 fn layout_of_a_shared_classifier_has_no_wcls() {
-    let h = Header { shared_classifier: true, ..GenConfig::default().header() };
+    let h = Header {
+        shared_classifier: true,
+        ..GenConfig::default().header()
+    };
     let layout = Layout::from_header(h).unwrap();
     assert!(layout.tensors.iter().all(|t| t.name != "wcls"));
     assert_eq!(layout.tensors.last().unwrap().name, "final_norm");
@@ -87,7 +94,15 @@ fn rejects_unknown_version() {
 
 #[test]
 fn rejects_each_zero_dimension() {
-    for (word, name) in [(2, "dim"), (3, "n_layers"), (4, "n_heads"), (5, "n_kv_heads"), (6, "hidden_dim"), (7, "vocab"), (8, "max_seq")] {
+    for (word, name) in [
+        (2, "dim"),
+        (3, "n_layers"),
+        (4, "n_heads"),
+        (5, "n_kv_heads"),
+        (6, "hidden_dim"),
+        (7, "vocab"),
+        (8, "max_seq"),
+    ] {
         let mut bytes = valid();
         set_word(&mut bytes, word, 0);
         rejects(&bytes, ErrorKind::Format, &format!("{name} is 0"));
@@ -182,7 +197,12 @@ fn rejects_nonzero_header_padding() {
 #[test]
 fn rejects_nonzero_padding_between_arrays() {
     // A vocab of 257 makes tok_emb's scale array end off a 64-byte boundary.
-    let bytes = GenConfig { vocab: 257, ..GenConfig::default() }.to_bytes().unwrap();
+    let bytes = GenConfig {
+        vocab: 257,
+        ..GenConfig::default()
+    }
+    .to_bytes()
+    .unwrap();
     let layout = Model::from_bytes(&bytes).expect("valid").layout().clone();
     let tok_emb = &layout.tensors[0];
     let gap = tok_emb.d_offset + tok_emb.d_bytes;
@@ -206,7 +226,10 @@ fn rejects_non_finite_scale() {
 fn rejects_context_too_large_to_allocate() {
     // The file is valid, but its KV cache (max_seq × layers × kv_dim × 8
     // bytes ≈ 2^40) cannot be allocated: NoMem, not an abort or OOM kill.
-    let cfg = GenConfig { max_seq: u32::MAX, ..GenConfig::default() };
+    let cfg = GenConfig {
+        max_seq: u32::MAX,
+        ..GenConfig::default()
+    };
     let model = Model::from_bytes(&cfg.to_bytes().unwrap()).expect("weights are fine");
     match legacy_ml::model::transformer::Transformer::new(&model) {
         Ok(_) => panic!("allocated a terabyte-sized KV cache"),
@@ -230,7 +253,10 @@ fn open_maps_a_file_and_agrees_with_memory() {
     let dir = std::env::temp_dir().join(format!("legacy-ml-loader-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("m.mlb");
-    let cfg = GenConfig { wtype: WType::Q4_0, ..GenConfig::default() };
+    let cfg = GenConfig {
+        wtype: WType::Q4_0,
+        ..GenConfig::default()
+    };
     std::fs::write(&path, cfg.to_bytes().unwrap()).unwrap();
     let from_file = Model::open(&path).expect("open");
     let from_mem = Model::from_bytes(&cfg.to_bytes().unwrap()).unwrap();
@@ -241,9 +267,24 @@ fn open_maps_a_file_and_agrees_with_memory() {
 
 #[test]
 fn gen_is_byte_identical_for_a_seed() {
-    let a = GenConfig { seed: 9, ..GenConfig::default() }.to_bytes().unwrap();
-    let b = GenConfig { seed: 9, ..GenConfig::default() }.to_bytes().unwrap();
-    let c = GenConfig { seed: 10, ..GenConfig::default() }.to_bytes().unwrap();
+    let a = GenConfig {
+        seed: 9,
+        ..GenConfig::default()
+    }
+    .to_bytes()
+    .unwrap();
+    let b = GenConfig {
+        seed: 9,
+        ..GenConfig::default()
+    }
+    .to_bytes()
+    .unwrap();
+    let c = GenConfig {
+        seed: 10,
+        ..GenConfig::default()
+    }
+    .to_bytes()
+    .unwrap();
     assert_eq!(a, b);
     assert_ne!(a, c);
 }

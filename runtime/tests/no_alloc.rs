@@ -60,14 +60,21 @@ fn the_counter_sees_an_allocation() {
     let n = allocations_during(|| {
         std::hint::black_box(Vec::<u8>::with_capacity(16));
     });
-    assert_eq!(n, 1, "the counting allocator must notice allocations, or the real test proves nothing");
+    assert_eq!(
+        n, 1,
+        "the counting allocator must notice allocations, or the real test proves nothing"
+    );
 }
 
 #[test]
 fn decode_steps_allocate_nothing() {
     legacy_ml::core::isa::guard();
     for wtype in [WType::Q8_0, WType::Q4_0] {
-        let cfg = GenConfig { wtype, max_seq: 128, ..GenConfig::default() };
+        let cfg = GenConfig {
+            wtype,
+            max_seq: 128,
+            ..GenConfig::default()
+        };
         let model = Model::from_bytes(&cfg.to_bytes().unwrap()).unwrap();
         let mut tf = Transformer::new(&model).unwrap();
         let mut sampler = Sampler::new(cfg.vocab as usize, 0.8, 0.9, 7);
@@ -78,6 +85,12 @@ fn decode_steps_allocate_nothing() {
                 token = sampler.sample(logits);
             }
         });
-        assert_eq!(n, 0, "{} decode steps ({}) allocated {n} times", cfg.max_seq, wtype.name());
+        assert_eq!(
+            n,
+            0,
+            "{} decode steps ({}) allocated {n} times",
+            cfg.max_seq,
+            wtype.name()
+        );
     }
 }

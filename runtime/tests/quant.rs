@@ -105,7 +105,10 @@ fn q4_round_trip_error_is_at_most_half_a_step_except_at_the_top_clamp() {
             // ggml's rule maps the signed max to -8; the opposite extreme
             // can need +8, which clamps to 7: up to one step of error.
             let bound = if nibble == 15 { step } else { step / 2.0 };
-            assert!((a - b).abs() <= bound * (1.0 + 1e-5), "x {a} back {b} d {d} nibble {nibble}");
+            assert!(
+                (a - b).abs() <= bound * (1.0 + 1e-5),
+                "x {a} back {b} d {d} nibble {nibble}"
+            );
         }
     }
 }

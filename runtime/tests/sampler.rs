@@ -41,7 +41,10 @@ fn sampling_follows_the_distribution() {
     let l = [0.0f32, 3.0f32.ln()];
     let ones = (0..20000).filter(|_| s.sample(&mut l.clone()) == 1).count();
     let frac = ones as f64 / 20000.0;
-    assert!((frac - 0.75).abs() < 0.02, "token 1 drawn {frac} of the time, expected 0.75");
+    assert!(
+        (frac - 0.75).abs() < 0.02,
+        "token 1 drawn {frac} of the time, expected 0.75"
+    );
 }
 
 #[test]

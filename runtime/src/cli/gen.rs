@@ -53,6 +53,12 @@ pub fn run(a: GenArgs) -> Result<()> {
         bytes = cfg.write(w)?;
         Ok(())
     })?;
-    eprintln!("wrote {} ({} bytes, {}, seed {})", a.out.display(), bytes, cfg.wtype.name(), cfg.seed);
+    eprintln!(
+        "wrote {} ({} bytes, {}, seed {})",
+        a.out.display(),
+        bytes,
+        cfg.wtype.name(),
+        cfg.seed
+    );
     Ok(())
 }

@@ -27,7 +27,10 @@ pub fn run(a: InfoArgs) -> Result<()> {
     println!("wtype:             {}", h.wtype.name());
     println!("shared_classifier: {}", h.shared_classifier);
     println!();
-    println!("{:<22} {:>5} {:>12} {:>12} {:>10} {:>12} {:>10}", "tensor", "type", "shape", "q offset", "q bytes", "d offset", "d bytes");
+    println!(
+        "{:<22} {:>5} {:>12} {:>12} {:>10} {:>12} {:>10}",
+        "tensor", "type", "shape", "q offset", "q bytes", "d offset", "d bytes"
+    );
     for t in &layout.tensors {
         let ty = match t.kind {
             TensorKind::F32 => "f32",
@@ -38,7 +41,10 @@ pub fn run(a: InfoArgs) -> Result<()> {
             TensorKind::F32 => ("-".to_string(), "-".to_string()),
             TensorKind::Quant => (t.d_offset.to_string(), t.d_bytes.to_string()),
         };
-        println!("{:<22} {:>5} {:>12} {:>12} {:>10} {:>12} {:>10}", t.name, ty, shape, t.q_offset, t.q_bytes, d_off, d_bytes);
+        println!(
+            "{:<22} {:>5} {:>12} {:>12} {:>10} {:>12} {:>10}",
+            t.name, ty, shape, t.q_offset, t.q_bytes, d_off, d_bytes
+        );
     }
     println!();
     println!("file bytes:        {}", layout.file_bytes);

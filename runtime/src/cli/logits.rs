@@ -4,7 +4,7 @@
 //! feeds the previous step's greedy token. Floats are printed in their
 //! shortest round-trip form; a non-finite value is printed as null.
 
-use super::{parse_ids, stdout_error};
+use super::{parse_ids, stdout_error, TokenIds};
 use legacy_ml::model::sampler::argmax;
 use legacy_ml::model::transformer::Transformer;
 use legacy_ml::model::Model;
@@ -18,7 +18,7 @@ pub struct LogitsArgs {
     model: PathBuf,
     /// Prompt token ids, e.g. 1,7,42.
     #[arg(long, value_parser = parse_ids)]
-    tokens: Vec<u32>,
+    tokens: TokenIds,
     /// Steps to record (the first is the prompt's last position).
     #[arg(short = 'n', long, default_value_t = 16)]
     steps: usize,
@@ -28,7 +28,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     let model = Model::open(&a.model)?;
     let mut tf = Transformer::new(&model)?;
     let max_seq = tf.header().max_seq as usize;
-    let prompt = a.tokens;
+    let prompt = a.tokens.0;
     if a.steps == 0 || prompt.len() + a.steps - 1 > max_seq {
         return Err(MlError::shape(format!(
             "{} prompt tokens and {} steps need {} positions; the model's context (max_seq) is {max_seq}",
@@ -40,12 +40,23 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let ids: Vec<String> = prompt.iter().map(|t| t.to_string()).collect();
-    write!(out, "{{\"tier\": \"{}\", \"tokens\": [{}], \"steps\": [", legacy_ml::kernels::TIER, ids.join(", ")).map_err(stdout_error)?;
+    write!(
+        out,
+        "{{\"tier\": \"{}\", \"tokens\": [{}], \"steps\": [",
+        legacy_ml::kernels::TIER,
+        ids.join(", ")
+    )
+    .map_err(stdout_error)?;
     let mut logits = tf.prefill(&prompt)?;
     for step in 0..a.steps {
         let pos = prompt.len() - 1 + step;
         let token = argmax(logits);
-        write!(out, "{}\n  {{\"pos\": {pos}, \"token\": {token}, \"logits\": [", if step > 0 { "," } else { "" }).map_err(stdout_error)?;
+        write!(
+            out,
+            "{}\n  {{\"pos\": {pos}, \"token\": {token}, \"logits\": [",
+            if step > 0 { "," } else { "" }
+        )
+        .map_err(stdout_error)?;
         for (i, v) in logits.iter().enumerate() {
             let sep = if i > 0 { ", " } else { "" };
             if v.is_finite() {

@@ -97,8 +97,12 @@ pub fn join_ids(ids: &[u32]) -> String {
     ids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ")
 }
 
+/// A list of token ids on the command line, written "1,2,3".
+#[derive(Clone, Debug)]
+pub struct TokenIds(pub Vec<u32>);
+
 /// Parses "1,2,3" (spaces allowed) into token ids.
-pub fn parse_ids(s: &str) -> std::result::Result<Vec<u32>, String> {
+pub fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
     let ids: std::result::Result<Vec<u32>, _> = s
         .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|p| !p.is_empty())
@@ -106,7 +110,8 @@ pub fn parse_ids(s: &str) -> std::result::Result<Vec<u32>, String> {
         .collect();
     match ids {
         Ok(v) if v.is_empty() => Err("no token ids given".to_string()),
-        other => other,
+        Ok(v) => Ok(TokenIds(v)),
+        Err(e) => Err(e),
     }
 }
 

@@ -1,9 +1,9 @@
-use super::{parse_ids, stdout_error};
+use super::{parse_ids, stdout_error, TokenIds};
 use legacy_ml::model::sampler::Sampler;
 use legacy_ml::model::tokenizer::Tokenizer;
 use legacy_ml::model::transformer::Transformer;
 use legacy_ml::model::Model;
-use legacy_ml::{MlError, Result};
+use legacy_ml::Result;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -16,11 +16,11 @@ pub struct RunArgs {
     #[arg(short = 'z', long)]
     tokenizer: Option<PathBuf>,
     /// Prompt text (needs -z).
-    #[arg(short = 'i', long, conflicts_with = "tokens")]
+    #[arg(short = 'i', long, conflicts_with = "tokens", requires = "tokenizer")]
     input: Option<String>,
     /// Prompt as token ids, e.g. 1,306,4658 (default: BOS, id 1).
     #[arg(long, value_parser = parse_ids)]
-    tokens: Option<Vec<u32>>,
+    tokens: Option<TokenIds>,
     /// Tokens to generate; capped by the model's context.
     #[arg(short = 'n', long, default_value_t = 256)]
     steps: usize,
@@ -40,16 +40,19 @@ pub fn run(a: RunArgs) -> Result<()> {
     let tokenizer = a.tokenizer.as_deref().map(Tokenizer::open).transpose()?;
     let prompt = match (&a.input, &a.tokens, &tokenizer) {
         (Some(text), _, Some(tok)) => tok.encode(text, true, false),
-        (Some(_), _, None) => return Err(MlError::io("a text prompt (-i) needs a tokenizer (-z TOKENIZER); or give --tokens")),
-        (None, Some(ids), _) => ids.clone(),
-        (None, None, _) => vec![1],
+        (_, Some(ids), _) => ids.0.clone(),
+        // BOS: let the model start from nothing.
+        _ => vec![1],
     };
     let mut tf = Transformer::new(&model)?;
     let max_seq = tf.header().max_seq as usize;
     let available = (max_seq + 1).saturating_sub(prompt.len());
     let steps = a.steps.min(available);
     if steps < a.steps {
-        eprintln!("note: generating {steps} tokens, not {}: the model's context is {max_seq}", a.steps);
+        eprintln!(
+            "note: generating {steps} tokens, not {}: the model's context is {max_seq}",
+            a.steps
+        );
     }
     let seed = a.seed.unwrap_or_else(clock_seed);
     let mut sampler = Sampler::new(tf.header().vocab as usize, a.temperature, a.top_p, seed);
@@ -100,7 +103,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         prefill_time.as_secs_f64() * 1e3,
         generated,
         decode_time * 1e3,
-        if decode_time > 0.0 { generated as f64 / decode_time } else { 0.0 }
+        if decode_time > 0.0 {
+            generated as f64 / decode_time
+        } else {
+            0.0
+        }
     );
     Ok(())
 }
