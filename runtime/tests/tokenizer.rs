@@ -7,10 +7,7 @@ use legacy_ml::ErrorKind;
 use std::path::Path;
 use std::sync::OnceLock;
 
-const REAL: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/tokenizers/llama2c-32000.bin"
-);
+const REAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/tokenizers/llama2c-32000.bin");
 
 /// The reference vocabulary, loaded once. A missing file is a failure, not a
 /// skip: every value asserted below depends on it.
@@ -48,10 +45,7 @@ const CONTROL: [(f32, &[u8]); 3] = [(0.0, b"<unk>"), (0.0, b"\n<s>\n"), (0.0, b"
 
 fn format_error(bytes: &[u8]) -> String {
     match Tokenizer::from_bytes(bytes) {
-        Ok(t) => panic!(
-            "expected a Format error, got a tokenizer of {} tokens",
-            t.vocab_size()
-        ),
+        Ok(t) => panic!("expected a Format error, got a tokenizer of {} tokens", t.vocab_size()),
         Err(e) => {
             assert_eq!(e.kind, ErrorKind::Format, "{}", e.message);
             e.message
@@ -88,16 +82,10 @@ fn encode_pins_exact_ids() {
         // "  " (259) scores -1e9, just above llama2.c's -1e10 threshold.
         ("  two leading spaces", &[1, 259, 1023, 8236, 8162]),
         ("a  b   c", &[1, 263, 29871, 289, 259, 274]),
-        (
-            "line1\nline2\n\n",
-            &[1, 1196, 29896, 13, 1220, 29906, 13, 13],
-        ),
+        ("line1\nline2\n\n", &[1, 1196, 29896, 13, 1220, 29906, 13, 13]),
         ("\ttab", &[1, 29871, 12, 3891]),
         ("Café déjà vu", &[1, 315, 28059, 20737, 18679]),
-        (
-            "中文字符测试",
-            &[1, 29871, 30275, 30333, 30578, 31277, 31851, 31787],
-        ),
+        ("中文字符测试", &[1, 29871, 30275, 30333, 30578, 31277, 31851, 31787]),
         ("Привет, мир!", &[1, 7203, 7616, 29892, 4157, 29927, 29991]),
         ("\u{301}", &[1, 29871, 30103]),
         (" ", &[1, 259]),
@@ -151,18 +139,10 @@ fn round_trips_are_byte_exact() {
     ];
     for text in texts {
         let ids = t.encode(text, true, false);
-        assert_eq!(
-            t.decode(&ids),
-            text.as_bytes(),
-            "{text:?} encoded as {ids:?}"
-        );
+        assert_eq!(t.decode(&ids), text.as_bytes(), "{text:?} encoded as {ids:?}");
         // EOS adds no text either.
         let ids = t.encode(text, true, true);
-        assert_eq!(
-            t.decode(&ids),
-            text.as_bytes(),
-            "{text:?} encoded as {ids:?}"
-        );
+        assert_eq!(t.decode(&ids), text.as_bytes(), "{text:?} encoded as {ids:?}");
     }
 }
 
@@ -216,29 +196,14 @@ fn synthetic(ab: f32, ba: f32, space_a: f32) -> Tokenizer {
 #[test]
 fn merges_highest_score_first_and_leftmost_on_ties() {
     // " a b a": equal "ab" and "ba" → the leftmost pair ("ab") merges.
-    assert_eq!(
-        synthetic(-1.0, -1.0, -5.0).encode("aba", false, false),
-        [3, 6, 4]
-    );
+    assert_eq!(synthetic(-1.0, -1.0, -5.0).encode("aba", false, false), [3, 6, 4]);
     // "ba" higher → it merges first, then " a".
-    assert_eq!(
-        synthetic(-2.0, -1.0, -5.0).encode("aba", false, false),
-        [8, 7]
-    );
+    assert_eq!(synthetic(-2.0, -1.0, -5.0).encode("aba", false, false), [8, 7]);
     // " a" highest → [" a", b, a] → "ba".
-    assert_eq!(
-        synthetic(-2.0, -1.0, 0.0).encode("aba", true, true),
-        [1, 8, 7, 2]
-    );
+    assert_eq!(synthetic(-2.0, -1.0, 0.0).encode("aba", true, true), [1, 8, 7, 2]);
     // llama2.c never takes a merge scoring at or below -1e10.
-    assert_eq!(
-        synthetic(-1e10, -1e10, -1e10).encode("aba", false, false),
-        [3, 4, 5, 4]
-    );
-    assert_eq!(
-        synthetic(-1e10, -9.9e9, -1e10).encode("aba", false, false),
-        [3, 4, 7]
-    );
+    assert_eq!(synthetic(-1e10, -1e10, -1e10).encode("aba", false, false), [3, 4, 5, 4]);
+    assert_eq!(synthetic(-1e10, -9.9e9, -1e10).encode("aba", false, false), [3, 4, 7]);
 }
 
 #[test]
@@ -264,11 +229,7 @@ fn missing_file_is_an_io_error() {
         .err()
         .expect("must fail");
     assert_eq!(e.kind, ErrorKind::Io);
-    assert!(
-        e.message.contains("/nonexistent/tokenizer.bin"),
-        "{}",
-        e.message
-    );
+    assert!(e.message.contains("/nonexistent/tokenizer.bin"), "{}", e.message);
 }
 
 #[test]
@@ -286,25 +247,22 @@ fn malformed_files_are_format_errors() {
     assert!(m.contains("holds 2 tokens"), "{m}");
 
     let m = format_error(&(-1i32).to_le_bytes());
-    assert!(
-        m.contains("max_token_length at byte offset 0 is -1, negative"),
-        "{m}"
-    );
+    assert!(m.contains("max_token_length at byte offset 0 is -1, negative"), "{m}");
 
     // Truncated inside record 1's 8-byte header (record 0 is 4 + 8 + 5 bytes).
     let mut bytes = image(8, &CONTROL);
     bytes.truncate(4 + 8 + 5 + 6);
     let m = format_error(&bytes);
-    assert!(
-        m.contains("record 1 at byte offset 17: truncated: 6 bytes left"),
-        "{m}"
-    );
+    assert!(m.contains("record 1 at byte offset 17: truncated: 6 bytes left"), "{m}");
 
     // Truncated inside record 2's piece: its length now runs past the end.
     let mut bytes = image(8, &CONTROL);
     bytes.pop();
     let m = format_error(&bytes);
-    assert!(m.contains("record 2 at byte offset 30: piece length 6 runs past the end of the file (5 bytes left)"), "{m}");
+    assert!(
+        m.contains("record 2 at byte offset 30: piece length 6 runs past the end of the file (5 bytes left)"),
+        "{m}"
+    );
 
     let mut bytes = image(8, &CONTROL[..2]);
     raw_record(&mut bytes, 0.0, -3, b"abc");
@@ -325,7 +283,10 @@ fn malformed_files_are_format_errors() {
     let mut bytes = image(8, &CONTROL);
     raw_record(&mut bytes, 0.0, 4, b"ab");
     let m = format_error(&bytes);
-    assert!(m.contains("record 3 at byte offset 44: piece length 4 runs past the end of the file (2 bytes left)"), "{m}");
+    assert!(
+        m.contains("record 3 at byte offset 44: piece length 4 runs past the end of the file (2 bytes left)"),
+        "{m}"
+    );
 
     let m = format_error(&image(5, &CONTROL));
     assert!(
@@ -416,10 +377,7 @@ fn corrupted_bytes_never_panic() {
             Ok(t) => {
                 ok += 1;
                 let ids = t.encode("ok", true, true);
-                assert!(
-                    ids.iter().all(|&id| (id as usize) < t.vocab_size()),
-                    "{ids:?}"
-                );
+                assert!(ids.iter().all(|&id| (id as usize) < t.vocab_size()), "{ids:?}");
                 assert_eq!((ids[0], ids[ids.len() - 1]), (1, 2));
             }
             Err(e) => {

@@ -19,8 +19,7 @@ impl Storage {
     /// Opens and maps (or reads) the whole file.
     pub fn open(path: &Path) -> Result<Storage> {
         let shown = path.display();
-        let mut file =
-            File::open(path).map_err(|e| MlError::io(format!("cannot open {shown}: {e}")))?;
+        let mut file = File::open(path).map_err(|e| MlError::io(format!("cannot open {shown}: {e}")))?;
         let len = file
             .metadata()
             .map_err(|e| MlError::io(format!("cannot stat {shown}: {e}")))?

@@ -26,7 +26,11 @@ pub fn host_features() -> Vec<&'static str> {
 /// Features this build needs that the host lacks.
 pub fn missing_features() -> Vec<&'static str> {
     let host = host_features();
-    required_features().iter().copied().filter(|f| !host.contains(f)).collect()
+    required_features()
+        .iter()
+        .copied()
+        .filter(|f| !host.contains(f))
+        .collect()
 }
 
 /// Fails with an Isa error naming every missing feature.
@@ -55,9 +59,9 @@ pub fn guard() {
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod detect {
     #[cfg(target_arch = "x86")]
-    use core::arch::x86::{CpuidResult, __cpuid_count, _xgetbv};
+    use core::arch::x86::{__cpuid_count, _xgetbv, CpuidResult};
     #[cfg(target_arch = "x86_64")]
-    use core::arch::x86_64::{CpuidResult, __cpuid_count, _xgetbv};
+    use core::arch::x86_64::{__cpuid_count, _xgetbv, CpuidResult};
 
     fn cpuid(leaf: u32, sub: u32) -> CpuidResult {
         // SAFETY: CPUID exists on every x86-64 CPU and on every CPU the i686
@@ -78,7 +82,11 @@ mod detect {
         let bit = |r: u32, b: u32| r >> b & 1 == 1;
         let max_leaf = cpuid(0, 0).eax;
         let l1 = cpuid(1, 0);
-        let (l7, l7_1) = if max_leaf >= 7 { (cpuid(7, 0), cpuid(7, 1)) } else { (cpuid(0, 0), cpuid(0, 0)) };
+        let (l7, l7_1) = if max_leaf >= 7 {
+            (cpuid(7, 0), cpuid(7, 1))
+        } else {
+            (cpuid(0, 0), cpuid(0, 0))
+        };
         let has7 = max_leaf >= 7;
         let osxsave = bit(l1.ecx, 27);
         // SAFETY: OSXSAVE set means the OS enabled XSAVE and XGETBV is legal.

@@ -80,11 +80,7 @@ pub fn dequantize_row_q8(q: &[i8], d: &[f32], out: &mut [f32]) {
 
 /// Expands Q4_0 quants back to f32.
 pub fn dequantize_row_q4(q: &[u8], d: &[f32], out: &mut [f32]) {
-    for ((ob, qb), &db) in out
-        .chunks_exact_mut(QK)
-        .zip(q.chunks_exact(Q4_BLOCK_BYTES))
-        .zip(d)
-    {
+    for ((ob, qb), &db) in out.chunks_exact_mut(QK).zip(q.chunks_exact(Q4_BLOCK_BYTES)).zip(d) {
         for i in 0..Q4_BLOCK_BYTES {
             ob[i] = ((qb[i] & 0x0F) as i32 - 8) as f32 * db;
             ob[i + Q4_BLOCK_BYTES] = ((qb[i] >> 4) as i32 - 8) as f32 * db;

@@ -10,7 +10,16 @@ use crate::core::tensor::{QAct, QTensor};
 
 /// Provides every kernel.
 pub const PROVIDES: &[&str] = &[
-    "matvec_q8", "matvec_q4", "quantize_q8", "rmsnorm", "softmax", "rope", "silu_mul", "add", "dot_f32", "axpy_f32",
+    "matvec_q8",
+    "matvec_q4",
+    "quantize_q8",
+    "rmsnorm",
+    "softmax",
+    "rope",
+    "silu_mul",
+    "add",
+    "dot_f32",
+    "axpy_f32",
 ];
 
 /// Integer dot of one Q8_0 weight block with one Q8_0 activation block.
@@ -114,7 +123,15 @@ pub fn softmax(x: &mut [f32]) {
 /// Rotates each interleaved pair (2i, 2i+1) of every query and key head by
 /// the angle whose cosine and sine are `cos[i]`, `sin[i]` (the row of the
 /// current position).
-pub fn rope(q: &mut [f32], k: &mut [f32], cos: &[f32], sin: &[f32], head_dim: usize, n_heads: usize, n_kv_heads: usize) {
+pub fn rope(
+    q: &mut [f32],
+    k: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+    head_dim: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+) {
     let rotate = |v: &mut [f32], heads: usize| {
         for head in v[..heads * head_dim].chunks_exact_mut(head_dim) {
             for (i, pair) in head.chunks_exact_mut(2).enumerate() {

@@ -82,7 +82,9 @@ impl Header {
         let word = |i: usize| u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
         let version = word(1);
         if version != VERSION {
-            return Err(MlError::format(format!("version is {version}, this runtime reads version {VERSION}")));
+            return Err(MlError::format(format!(
+                "version is {version}, this runtime reads version {VERSION}"
+            )));
         }
         let fields = [
             ("dim", word(2)),
@@ -95,16 +97,22 @@ impl Header {
         ];
         for (name, value) in fields {
             if value == 0 {
-                return Err(MlError::format(format!("header field {name} is 0; it must be positive")));
+                return Err(MlError::format(format!(
+                    "header field {name} is 0; it must be positive"
+                )));
             }
         }
         let rope_theta = f32::from_bits(word(9));
         let norm_eps = f32::from_bits(word(10));
         if !(rope_theta.is_finite() && rope_theta > 0.0) {
-            return Err(MlError::format(format!("rope_theta is {rope_theta}; it must be finite and positive")));
+            return Err(MlError::format(format!(
+                "rope_theta is {rope_theta}; it must be finite and positive"
+            )));
         }
         if !(norm_eps.is_finite() && norm_eps >= 0.0) {
-            return Err(MlError::format(format!("norm_eps is {norm_eps}; it must be finite and not negative")));
+            return Err(MlError::format(format!(
+                "norm_eps is {norm_eps}; it must be finite and not negative"
+            )));
         }
         let wtype = WType::from_code(word(11)).ok_or_else(|| {
             MlError::format(format!(
@@ -117,7 +125,11 @@ impl Header {
         let shared_classifier = match word(12) {
             0 => false,
             1 => true,
-            other => return Err(MlError::format(format!("shared_classifier is {other}; it must be 0 or 1"))),
+            other => {
+                return Err(MlError::format(format!(
+                    "shared_classifier is {other}; it must be 0 or 1"
+                )))
+            }
         };
         if let Some(i) = bytes[HEADER_FIELDS_END..HEADER_BYTES].iter().position(|&b| b != 0) {
             return Err(MlError::format(format!(
@@ -153,7 +165,10 @@ impl Header {
             )));
         }
         if h.dim % h.n_heads != 0 {
-            return Err(MlError::shape(format!("dim {} is not a multiple of n_heads {}", h.dim, h.n_heads)));
+            return Err(MlError::shape(format!(
+                "dim {} is not a multiple of n_heads {}",
+                h.dim, h.n_heads
+            )));
         }
         if h.head_dim() % 2 != 0 {
             return Err(MlError::shape(format!(
@@ -245,7 +260,10 @@ impl Layout {
     pub fn from_header(header: Header) -> Result<Layout> {
         header.check_shapes()?;
         if header.n_layers > 1 << 20 {
-            return Err(MlError::format(format!("n_layers {} is implausibly large", header.n_layers)));
+            return Err(MlError::format(format!(
+                "n_layers {} is implausibly large",
+                header.n_layers
+            )));
         }
         let list = tensor_list(&header);
         let mut tensors = Vec::with_capacity(list.len());
@@ -266,7 +284,11 @@ impl Layout {
             };
             let q_offset = align64(end).ok_or_else(overflow)?;
             end = q_offset.checked_add(q_bytes).ok_or_else(overflow)?;
-            let d_offset = if kind == TensorKind::Quant { align64(end).ok_or_else(overflow)? } else { end };
+            let d_offset = if kind == TensorKind::Quant {
+                align64(end).ok_or_else(overflow)?
+            } else {
+                end
+            };
             end = d_offset.checked_add(d_bytes).ok_or_else(overflow)?;
             let to_usize = |v: u64| usize::try_from(v).map_err(|_| overflow());
             tensors.push(TensorEntry {
@@ -323,7 +345,10 @@ impl Layout {
                     continue;
                 }
                 if off % ALIGN != 0 {
-                    return Err(MlError::format(format!("tensor {} {what} at offset {off} is not 64-byte aligned", t.name)));
+                    return Err(MlError::format(format!(
+                        "tensor {} {what} at offset {off} is not 64-byte aligned",
+                        t.name
+                    )));
                 }
                 if let Some(i) = bytes[prev_end..off].iter().position(|&b| b != 0) {
                     return Err(MlError::format(format!(

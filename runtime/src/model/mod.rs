@@ -24,7 +24,8 @@ pub struct Model {
 impl Model {
     /// Maps (or reads) and validates a .mlb file.
     pub fn open(path: &Path) -> Result<Model> {
-        Model::from_storage(Storage::open(path)?).map_err(|e| MlError::new(e.kind, format!("{}: {}", path.display(), e.message)))
+        Model::from_storage(Storage::open(path)?)
+            .map_err(|e| MlError::new(e.kind, format!("{}: {}", path.display(), e.message)))
     }
 
     /// Validates a .mlb image held in memory (copied into aligned storage).
@@ -48,7 +49,10 @@ impl Model {
                 TensorKind::Quant => ("scale", self.f32_array(t.d_offset, t.d_bytes)?),
             };
             if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-                return Err(MlError::format(format!("tensor {} {what} #{i} is {}, not finite", t.name, values[i])));
+                return Err(MlError::format(format!(
+                    "tensor {} {what} #{i} is {}, not finite",
+                    t.name, values[i]
+                )));
             }
         }
         Ok(())

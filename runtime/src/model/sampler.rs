@@ -28,7 +28,11 @@ impl Sampler {
     /// cut.
     pub fn new(vocab: usize, temperature: f32, top_p: f32, seed: u64) -> Sampler {
         Sampler {
-            temperature: if temperature.is_finite() { temperature.max(0.0) } else { 0.0 },
+            temperature: if temperature.is_finite() {
+                temperature.max(0.0)
+            } else {
+                0.0
+            },
             top_p,
             rng: Rng::new(seed),
             candidates: Vec::with_capacity(vocab),
@@ -60,7 +64,12 @@ impl Sampler {
         if self.top_p > 0.0 && self.top_p < 1.0 {
             self.sample_top_p(logits, coin)
         } else {
-            sample_cdf(logits.iter().copied().enumerate().map(|(i, p)| (p, i as u32)), 1.0, coin, logits.len())
+            sample_cdf(
+                logits.iter().copied().enumerate().map(|(i, p)| (p, i as u32)),
+                1.0,
+                coin,
+                logits.len(),
+            )
         }
     }
 
@@ -71,8 +80,15 @@ impl Sampler {
         // them first keeps the sort short.
         let cutoff = (1.0 - self.top_p) / (probs.len().max(2) - 1) as f32;
         self.candidates.clear();
-        self.candidates.extend(probs.iter().enumerate().filter(|(_, &p)| p >= cutoff).map(|(i, &p)| (p, i as u32)));
-        self.candidates.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        self.candidates.extend(
+            probs
+                .iter()
+                .enumerate()
+                .filter(|(_, &p)| p >= cutoff)
+                .map(|(i, &p)| (p, i as u32)),
+        );
+        self.candidates
+            .sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let mut mass = 0.0f32;
         let mut keep = self.candidates.len();
         for (i, c) in self.candidates.iter().enumerate() {

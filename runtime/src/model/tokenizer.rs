@@ -69,10 +69,8 @@ impl Tokenizer {
     /// Reads and validates a llama2.c `tokenizer.bin`.
     pub fn open(path: &Path) -> Result<Tokenizer> {
         let shown = path.display();
-        let bytes =
-            std::fs::read(path).map_err(|e| MlError::io(format!("cannot read {shown}: {e}")))?;
-        Tokenizer::from_bytes(&bytes)
-            .map_err(|e| MlError::new(e.kind, format!("{shown}: {}", e.message)))
+        let bytes = std::fs::read(path).map_err(|e| MlError::io(format!("cannot read {shown}: {e}")))?;
+        Tokenizer::from_bytes(&bytes).map_err(|e| MlError::new(e.kind, format!("{shown}: {}", e.message)))
     }
 
     /// Parses a `tokenizer.bin` image. Every length is checked before it is
@@ -98,26 +96,21 @@ impl Tokenizer {
         let mut offset = 4usize;
         while offset < bytes.len() {
             let index = scores.len();
-            let here = |what: String| {
-                MlError::format(format!(
-                    "tokenizer record {index} at byte offset {offset}: {what}"
-                ))
-            };
+            let here =
+                |what: String| MlError::format(format!("tokenizer record {index} at byte offset {offset}: {what}"));
             let left = bytes.len() - offset;
             if left < 8 {
                 return Err(here(format!(
                     "truncated: {left} bytes left, a record header (score, length) needs 8"
                 )));
             }
-            let id = u32::try_from(index)
-                .map_err(|_| here("more tokens than u32 ids can number".into()))?;
+            let id = u32::try_from(index).map_err(|_| here("more tokens than u32 ids can number".into()))?;
             let score = read_f32(bytes, offset);
             if !score.is_finite() {
                 return Err(here(format!("score is {score}, not finite")));
             }
             let len = read_i32(bytes, offset + 4);
-            let len =
-                usize::try_from(len).map_err(|_| here(format!("negative piece length {len}")))?;
+            let len = usize::try_from(len).map_err(|_| here(format!("negative piece length {len}")))?;
             if len > left - 8 {
                 return Err(here(format!(
                     "piece length {len} runs past the end of the file ({} bytes left)",
@@ -185,11 +178,7 @@ impl Tokenizer {
             let id = u32::from(b) + BYTE_OFFSET;
             // A vocabulary without byte pieces would otherwise get ids the
             // model cannot embed.
-            out.push(if (id as usize) < self.vocab_size() {
-                id
-            } else {
-                UNK
-            });
+            out.push(if (id as usize) < self.vocab_size() { id } else { UNK });
         }
     }
 
@@ -231,10 +220,7 @@ impl Tokenizer {
         // the pairs on either side of it, so each round costs one scan of
         // this array and two lookups instead of a lookup per pair.
         let mut buf = Vec::with_capacity(2 * self.max_token_length);
-        let mut pairs: Vec<Option<(f32, u32)>> = tokens
-            .windows(2)
-            .map(|w| self.merge(w[0], w[1], &mut buf))
-            .collect();
+        let mut pairs: Vec<Option<(f32, u32)>> = tokens.windows(2).map(|w| self.merge(w[0], w[1], &mut buf)).collect();
         loop {
             let mut best: Option<(usize, f32, u32)> = None;
             for (i, pair) in pairs.iter().enumerate() {

@@ -34,7 +34,9 @@ impl<'m> Weights<'m> {
     fn new(model: &'m Model) -> Result<Weights<'m>> {
         let mut tensors = model.layout().tensors.iter();
         let mut next = || -> Result<&'m TensorEntry> {
-            tensors.next().ok_or_else(|| MlError::format("tensor table is shorter than the header implies"))
+            tensors
+                .next()
+                .ok_or_else(|| MlError::format("tensor table is shorter than the header implies"))
         };
         let tok_emb = model.matrix(next()?)?;
         let mut layers = Vec::new();
@@ -52,7 +54,11 @@ impl<'m> Weights<'m> {
             });
         }
         let final_norm = model.vector(next()?)?;
-        let wcls = if model.header().shared_classifier { tok_emb } else { model.matrix(next()?)? };
+        let wcls = if model.header().shared_classifier {
+            tok_emb
+        } else {
+            model.matrix(next()?)?
+        };
         Ok(Weights {
             tok_emb,
             layers,
@@ -84,13 +90,24 @@ const REGIONS: usize = Region::RopeSin as usize + 1;
 
 /// Byte size of every region for a header, or NoMem on overflow.
 fn region_bytes(h: &Header) -> Result<[usize; REGIONS]> {
-    let too_big = || MlError::no_mem(format!(
-        "run-time buffers for max_seq {} x n_layers {} x kv_dim {} overflow the address space",
-        h.max_seq, h.n_layers, h.kv_dim()
-    ));
-    let f32s = |n: u64| -> Result<usize> { n.checked_mul(4).and_then(|b| usize::try_from(b).ok()).ok_or_else(too_big) };
+    let too_big = || {
+        MlError::no_mem(format!(
+            "run-time buffers for max_seq {} x n_layers {} x kv_dim {} overflow the address space",
+            h.max_seq,
+            h.n_layers,
+            h.kv_dim()
+        ))
+    };
+    let f32s = |n: u64| -> Result<usize> {
+        n.checked_mul(4)
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(too_big)
+    };
     let (dim, hidden, seq) = (h.dim as u64, h.hidden_dim as u64, h.max_seq as u64);
-    let cache = (h.n_layers as u64).checked_mul(seq).and_then(|v| v.checked_mul(h.kv_dim() as u64)).ok_or_else(too_big)?;
+    let cache = (h.n_layers as u64)
+        .checked_mul(seq)
+        .and_then(|v| v.checked_mul(h.kv_dim() as u64))
+        .ok_or_else(too_big)?;
     let rope = seq.checked_mul(h.head_dim() as u64 / 2).ok_or_else(too_big)?;
     let widest = dim.max(hidden);
     let mut r = [0usize; REGIONS];
@@ -193,7 +210,12 @@ impl<'m> Transformer<'m> {
         let half = self.header.head_dim() as usize / 2;
         let (theta, head_dim) = (self.header.rope_theta as f64, self.header.head_dim() as f64);
         let b = self.buffers();
-        for (p, (cos_row, sin_row)) in b.rope_cos.chunks_exact_mut(half).zip(b.rope_sin.chunks_exact_mut(half)).enumerate() {
+        for (p, (cos_row, sin_row)) in b
+            .rope_cos
+            .chunks_exact_mut(half)
+            .zip(b.rope_sin.chunks_exact_mut(half))
+            .enumerate()
+        {
             for i in 0..half {
                 let angle = p as f64 * theta.powf(-2.0 * i as f64 / head_dim);
                 cos_row[i] = angle.cos() as f32;
@@ -206,7 +228,10 @@ impl<'m> Transformer<'m> {
     pub fn forward(&mut self, token: u32, pos: usize) -> Result<&mut [f32]> {
         let h = self.header;
         if token >= h.vocab {
-            return Err(MlError::shape(format!("token id {token} is outside the vocabulary of {}", h.vocab)));
+            return Err(MlError::shape(format!(
+                "token id {token} is outside the vocabulary of {}",
+                h.vocab
+            )));
         }
         if pos >= h.max_seq as usize {
             return Err(MlError::shape(format!(

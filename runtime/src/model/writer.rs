@@ -64,14 +64,20 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 /// model where a good one is expected.
 pub fn save_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
     let shown = path.display();
-    let name = path.file_name().ok_or_else(|| MlError::io(format!("{shown} is not a file path")))?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| MlError::io(format!("{shown} is not a file path")))?;
     let tmp = path.with_file_name(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
     let result = (|| {
-        let file = std::fs::File::create(&tmp).map_err(|e| MlError::io(format!("cannot create {}: {e}", tmp.display())))?;
+        let file =
+            std::fs::File::create(&tmp).map_err(|e| MlError::io(format!("cannot create {}: {e}", tmp.display())))?;
         let mut buf = std::io::BufWriter::new(file);
         write(&mut buf)?;
-        let file = buf.into_inner().map_err(|e| MlError::io(format!("cannot write {shown}: {}", e.error())))?;
-        file.sync_all().map_err(|e| MlError::io(format!("cannot sync {shown}: {e}")))?;
+        let file = buf
+            .into_inner()
+            .map_err(|e| MlError::io(format!("cannot write {shown}: {}", e.error())))?;
+        file.sync_all()
+            .map_err(|e| MlError::io(format!("cannot sync {shown}: {e}")))?;
         std::fs::rename(&tmp, path).map_err(|e| MlError::io(format!("cannot rename into {shown}: {e}")))
     })();
     if result.is_err() {
