@@ -1,0 +1,199 @@
+//! The `ml` binary end to end: determinism, output shape, and the exit code
+//! of every error kind. Under emulation the harness sets `ML_TEST_RUNNER`
+//! (e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu cortex-a53") so the
+//! target binary is started through it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ml(args: &[&str]) -> Output {
+    let exe = env!("CARGO_BIN_EXE_ml");
+    let mut cmd = match std::env::var("ML_TEST_RUNNER") {
+        Ok(runner) if !runner.trim().is_empty() => {
+            let mut parts = runner.split_whitespace();
+            let mut c = Command::new(parts.next().unwrap());
+            c.args(parts).arg(exe);
+            c
+        }
+        _ => Command::new(exe),
+    };
+    cmd.args(args).output().expect("start ml")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("legacy-ml-cli-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    fn path(&self, name: &str) -> String {
+        self.0.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn gen(dir: &TempDir, name: &str, extra: &[&str]) -> String {
+    let path = dir.path(name);
+    let mut args = vec!["gen", "--out", &path];
+    args.extend_from_slice(extra);
+    let o = ml(&args);
+    assert!(o.status.success(), "ml gen failed: {}", stderr(&o));
+    path
+}
+
+#[track_caller]
+fn assert_exit(o: &Output, code: i32, needle: &str) {
+    assert_eq!(o.status.code(), Some(code), "stderr: {}", stderr(&o));
+    let err = stderr(o);
+    assert!(err.contains(needle), "stderr {err:?} lacks {needle:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn gen_is_byte_identical_per_seed() {
+    let dir = TempDir::new("gen");
+    let a = gen(&dir, "a.mlb", &["--seed", "5", "--wtype", "q4_0"]);
+    let b = gen(&dir, "b.mlb", &["--seed", "5", "--wtype", "q4_0"]);
+    let c = gen(&dir, "c.mlb", &["--seed", "6", "--wtype", "q4_0"]);
+    let read = |p: &str| std::fs::read(p).unwrap();
+    assert_eq!(read(&a), read(&b));
+    assert_ne!(read(&a), read(&c));
+}
+
+#[test]
+fn greedy_run_prints_the_same_32_ids_every_time() {
+    let dir = TempDir::new("greedy");
+    let m = gen(&dir, "m.mlb", &[]);
+    let first = ml(&["run", &m, "--tokens", "1", "-n", "32", "--temp", "0"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let ids: Vec<u32> = stdout(&first).split_whitespace().map(|t| t.parse().unwrap()).collect();
+    assert_eq!(ids.len(), 32);
+    assert!(ids.iter().all(|&t| t < 256));
+    let second = ml(&["run", &m, "--tokens", "1", "-n", "32", "--temp", "0"]);
+    assert_eq!(stdout(&first), stdout(&second));
+    assert!(stderr(&first).contains("tok/s"));
+}
+
+#[test]
+fn seeded_sampling_repeats_and_seeds_differ() {
+    let dir = TempDir::new("seeded");
+    let m = gen(&dir, "m.mlb", &[]);
+    let run = |seed: &str| {
+        stdout(&ml(&[
+            "run", &m, "--tokens", "1", "-n", "40", "--temp", "0.8", "--seed", seed,
+        ]))
+    };
+    assert_eq!(run("7"), run("7"));
+    assert_ne!(run("7"), run("8"));
+}
+
+#[test]
+fn logits_json_has_every_step_and_the_greedy_token() {
+    let dir = TempDir::new("logits");
+    let m = gen(&dir, "m.mlb", &[]);
+    let o = ml(&["logits", &m, "--tokens", "1,7,42", "-n", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("valid JSON");
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3);
+    let greedy = ml(&["run", &m, "--tokens", "1,7,42", "-n", "3", "--temp", "0"]);
+    let greedy: Vec<u64> = stdout(&greedy).split_whitespace().map(|t| t.parse().unwrap()).collect();
+    for (i, s) in steps.iter().enumerate() {
+        assert_eq!(s["pos"].as_u64(), Some(2 + i as u64));
+        let logits: Vec<f64> = s["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(logits.len(), 256);
+        let best = (0..logits.len()).fold(0, |b, j| if logits[j] > logits[b] { j } else { b });
+        assert_eq!(s["token"].as_u64(), Some(best as u64));
+        assert_eq!(greedy[i], best as u64, "run --temp 0 and logits agree");
+    }
+}
+
+#[test]
+fn info_prints_header_and_tensors() {
+    let dir = TempDir::new("info");
+    let m = gen(&dir, "m.mlb", &["--shared-classifier"]);
+    let o = ml(&["info", &m]);
+    let out = stdout(&o);
+    assert!(o.status.success());
+    for needle in [
+        "n_kv_heads:        2",
+        "shared_classifier: true",
+        "layers.1.w3",
+        "parameters:",
+    ] {
+        assert!(out.contains(needle), "{needle} missing from:\n{out}");
+    }
+    assert!(!out.contains("wcls"));
+}
+
+#[test]
+fn tokenize_matches_llama2c() {
+    let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/llama2c-32000.bin");
+    assert!(tok.exists(), "reference tokenizer {} must exist", tok.display());
+    let o = ml(&[
+        "tokenize",
+        "-z",
+        tok.to_str().unwrap(),
+        "I believe the meaning of life is",
+    ]);
+    assert_eq!(stdout(&o).trim(), "1 306 4658 278 6593 310 2834 338");
+}
+
+#[test]
+fn every_error_kind_has_its_exit_code_and_one_line() {
+    let dir = TempDir::new("errors");
+    let m = gen(&dir, "m.mlb", &[]);
+    let good = std::fs::read(&m).unwrap();
+    let write = |name: &str, f: &dyn Fn(&mut Vec<u8>)| {
+        let mut b = good.clone();
+        f(&mut b);
+        let p = dir.path(name);
+        std::fs::write(&p, b).unwrap();
+        p
+    };
+    let set = |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let truncated = write("t.mlb", &|b| b.truncate(b.len() - 100));
+    let magic = write("magic.mlb", &|b| b[0] ^= 0x20);
+    let overflow = write("o.mlb", &|b| {
+        set(b, 8, 0xFFFF_FFE0);
+        set(b, 16, 0x7FFF_FFF0);
+        set(b, 20, 0x7FFF_FFF0);
+        set(b, 28, u32::MAX)
+    });
+    let bad_k = write("k.mlb", &|b| set(b, 24, 100));
+    for (path, code, needle) in [
+        (truncated.as_str(), 4, "truncated"),
+        (magic.as_str(), 4, "magic"),
+        (overflow.as_str(), 4, "overflows"),
+        (bad_k.as_str(), 5, "hidden_dim 100 is not a multiple of 32"),
+        ("/nonexistent/x.mlb", 3, "cannot open"),
+    ] {
+        let o = ml(&["run", path, "--tokens", "1", "-n", "2"]);
+        assert_exit(&o, code, needle);
+        assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", stderr(&o));
+    }
+    assert_exit(&ml(&["run", &m, "--tokens", "1,999"]), 5, "outside the vocabulary");
+    assert_exit(&ml(&["run", &m, "--tokens", &vec!["1"; 65].join(",")]), 5, "max_seq");
+    assert_exit(&ml(&["run", &m, "--no-such-flag"]), 2, "unexpected argument");
+    assert_exit(&ml(&["run", &m, "-i", "text without tokenizer"]), 2, "--tokenizer");
+}
