@@ -1,5 +1,6 @@
 //! The subcommands of `ml`, one module each.
 
+mod bench;
 mod gen;
 mod info;
 mod logits;
@@ -33,6 +34,8 @@ pub enum Command {
     Tokenize(TokenizeArgs),
     /// Print a model's header, tensor table, size and parameter count.
     Info(info::InfoArgs),
+    /// Measure kernel throughput, memory bandwidth and model decode speed.
+    Bench(bench::BenchArgs),
     /// Print this build's ISA tier, the host's CPU features and whether it can run here.
     Isa,
 }
@@ -56,6 +59,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Logits(a) => logits::run(a),
         Command::Tokenize(a) => tokenize(a),
         Command::Info(a) => info::run(a),
+        Command::Bench(a) => bench::run(a),
         Command::Isa => isa(),
     }
 }

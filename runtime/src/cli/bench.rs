@@ -1,0 +1,369 @@
+//! `ml bench`: kernel throughput at model shapes, a memory read-bandwidth
+//! probe, and model decode speed against its memory roofline.
+//!
+//! At batch 1 a decode step reads every weight once, so tok/s cannot beat
+//! bandwidth ÷ weight bytes per token: that quotient is the roofline, and
+//! the fraction of it reached says how much speed is left on the table.
+
+use super::stdout_error;
+use legacy_ml::core::quant::QK;
+use legacy_ml::core::rng::Rng;
+use legacy_ml::core::tensor::{QAct, QTensor, WType};
+use legacy_ml::kernels;
+use legacy_ml::model::format::TensorKind;
+use legacy_ml::model::sampler::argmax;
+use legacy_ml::model::transformer::Transformer;
+use legacy_ml::model::Model;
+use legacy_ml::Result;
+use std::hint::black_box;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// A .mlb model to time decoding with (prompt, then generated tokens).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt tokens fed before timing decode.
+    #[arg(long, default_value_t = 16)]
+    prompt: usize,
+    /// Tokens generated while timing decode.
+    #[arg(short = 'n', long, default_value_t = 64)]
+    steps: usize,
+    /// Size of the bandwidth probe's buffer in MiB (far larger than the last-level cache).
+    #[arg(long, default_value_t = 512)]
+    probe_mib: usize,
+    /// Seconds spent on each measurement (more is steadier).
+    #[arg(long, default_value_t = 0.5)]
+    seconds: f64,
+    /// Skip the per-kernel table.
+    #[arg(long)]
+    no_kernels: bool,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Matrix shapes (rows × K) that real models run, per model family.
+const SHAPES: &[(&str, usize, usize)] = &[
+    ("stories15M wq", 288, 288),
+    ("stories15M w1", 768, 288),
+    ("stories15M w2", 288, 768),
+    ("stories15M wcls", 32000, 288),
+    ("smollm2-135M wq", 576, 576),
+    ("smollm2-135M w1", 1536, 576),
+    ("smollm2-135M w2", 576, 1536),
+    ("smollm2-135M wcls", 49152, 576),
+    ("4096x4096", 4096, 4096),
+];
+
+/// Runs `f` repeatedly for about `seconds` and returns the best time of one call.
+fn best_time(seconds: f64, mut f: impl FnMut()) -> Duration {
+    f(); // warm caches and page in
+    let budget = Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let mut best = Duration::MAX;
+    let mut runs = 0;
+    while runs < 3 || start.elapsed() < budget {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed());
+        runs += 1;
+    }
+    best
+}
+
+struct KernelRow {
+    kernel: String,
+    shape: String,
+    bytes: usize,
+    ops: usize,
+    seconds: f64,
+}
+
+impl KernelRow {
+    fn gbps(&self) -> f64 {
+        self.bytes as f64 / self.seconds / 1e9
+    }
+    fn gops(&self) -> f64 {
+        self.ops as f64 / self.seconds / 1e9
+    }
+}
+
+fn random_matrix(rng: &mut Rng, wtype: WType, rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+    let q_bytes = wtype.quant_bytes((rows * cols) as u64) as usize;
+    let q = (0..q_bytes)
+        .map(|_| match wtype {
+            WType::Q8_0 => (rng.next_u32() % 255) as u8 ^ 0x80,
+            WType::Q4_0 => rng.next_u32() as u8,
+        })
+        .collect();
+    let d = (0..rows * cols / QK).map(|_| rng.next_f32() * 0.01).collect();
+    (q, d)
+}
+
+fn bench_kernels(seconds: f64) -> Vec<KernelRow> {
+    let mut rng = Rng::new(1);
+    let mut rows_out = Vec::new();
+    for &(name, rows, cols) in SHAPES {
+        let x: Vec<f32> = (0..cols).map(|_| rng.symmetric(1.0)).collect();
+        let (mut xq, mut xd) = (vec![0i8; cols], vec![0.0f32; cols / QK]);
+        kernels::quantize_q8(&mut xq, &mut xd, &x);
+        for wtype in [WType::Q8_0, WType::Q4_0] {
+            let (q, d) = random_matrix(&mut rng, wtype, rows, cols);
+            let w = QTensor {
+                wtype,
+                rows,
+                cols,
+                q: &q,
+                d: &d,
+            };
+            let act = QAct { q: &xq, d: &xd };
+            let mut y = vec![0.0f32; rows];
+            let t = best_time(seconds, || {
+                match wtype {
+                    WType::Q8_0 => kernels::matvec_q8(&mut y, &w, &act, 0, rows),
+                    WType::Q4_0 => kernels::matvec_q4(&mut y, &w, &act, 0, rows),
+                }
+                black_box(&y);
+            });
+            rows_out.push(KernelRow {
+                kernel: format!("matvec_{}", wtype.name()),
+                shape: format!("{name} ({rows}x{cols})"),
+                bytes: q.len() + d.len() * 4,
+                ops: 2 * rows * cols,
+                seconds: t.as_secs_f64(),
+            });
+        }
+    }
+    for n in [576usize, 4096] {
+        let x: Vec<f32> = (0..n).map(|_| rng.symmetric(1.0)).collect();
+        let w: Vec<f32> = (0..n).map(|_| rng.symmetric(1.0)).collect();
+        let (mut q, mut d, mut o) = (vec![0i8; n], vec![0.0f32; n / QK], vec![0.0f32; n]);
+        let mut push = |kernel: &str, bytes: usize, ops: usize, t: Duration| {
+            rows_out.push(KernelRow {
+                kernel: kernel.to_string(),
+                shape: format!("n={n}"),
+                bytes,
+                ops,
+                seconds: t.as_secs_f64(),
+            })
+        };
+        let t = best_time(seconds / 4.0, || kernels::quantize_q8(black_box(&mut q), &mut d, &x));
+        push("quantize_q8", n * 4, 3 * n, t);
+        let t = best_time(seconds / 4.0, || kernels::rmsnorm(black_box(&mut o), &x, &w, 1e-5));
+        push("rmsnorm", n * 12, 4 * n, t);
+        let mut s = x.clone();
+        let t = best_time(seconds / 4.0, || {
+            s.copy_from_slice(&x);
+            kernels::softmax(black_box(&mut s))
+        });
+        push("softmax", n * 8, 4 * n, t);
+        let t = best_time(seconds / 4.0, || {
+            black_box(kernels::dot_f32(black_box(&x), &w));
+        });
+        push("dot_f32", n * 8, 2 * n, t);
+    }
+    rows_out
+}
+
+/// Read bandwidth in GB/s: sums a buffer far larger than any cache, with
+/// `threads` threads each streaming its own slice.
+fn probe_bandwidth(mib: usize, threads: usize, seconds: f64) -> f64 {
+    let words = mib * 1024 * 1024 / 8;
+    let buf: Vec<u64> = (0..words as u64).collect();
+    let chunk = words.div_ceil(threads.max(1));
+    let t = best_time(seconds, || {
+        std::thread::scope(|s| {
+            for part in buf.chunks(chunk) {
+                s.spawn(move || black_box(sum_words(part)));
+            }
+        });
+    });
+    (words * 8) as f64 / t.as_secs_f64() / 1e9
+}
+
+/// Four independent accumulators so the loop is bound by loads, not by
+/// one add chain.
+fn sum_words(words: &[u64]) -> u64 {
+    let mut acc = [0u64; 4];
+    let mut chunks = words.chunks_exact(4);
+    for c in &mut chunks {
+        for i in 0..4 {
+            acc[i] = acc[i].wrapping_add(c[i]);
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .fold(acc.iter().fold(0, |a, &b| a.wrapping_add(b)), |a, &b| a.wrapping_add(b))
+}
+
+struct ModelRun {
+    path: String,
+    wtype: &'static str,
+    bytes_per_token: usize,
+    prompt_tokens: usize,
+    prompt_tok_s: f64,
+    decode_tokens: usize,
+    decode_tok_s: f64,
+}
+
+/// Weight bytes one decode step reads: every matrix once, plus one row of
+/// the embedding table (unless it doubles as the classifier, read whole).
+fn weight_bytes_per_token(model: &Model) -> usize {
+    let h = model.header();
+    let mut total = 0;
+    for t in &model.layout().tensors {
+        let bytes = t.q_bytes + t.d_bytes;
+        total += match (t.kind, t.name.as_str()) {
+            (TensorKind::Quant, "tok_emb") if !h.shared_classifier => bytes / t.rows,
+            _ => bytes,
+        };
+    }
+    total
+}
+
+fn bench_model(path: &PathBuf, prompt: usize, steps: usize) -> Result<ModelRun> {
+    let model = Model::open(path)?;
+    let mut tf = Transformer::new(&model)?;
+    let h = *tf.header();
+    let max_seq = h.max_seq as usize;
+    let prompt = prompt.clamp(1, max_seq.saturating_sub(1).max(1));
+    let steps = steps.min(max_seq - prompt).max(1);
+    let tokens: Vec<u32> = (0..prompt as u32).map(|i| (i * 7919 + 1) % h.vocab).collect();
+    // Warm-up pass: page the weights in so the first timing is not disk.
+    tf.prefill(&tokens)?;
+    let start = Instant::now();
+    let mut next = argmax(tf.prefill(&tokens)?);
+    let prompt_time = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    for i in 0..steps {
+        next = argmax(tf.forward(next, prompt + i)?);
+    }
+    let decode_time = start.elapsed().as_secs_f64();
+    Ok(ModelRun {
+        path: path.display().to_string(),
+        wtype: h.wtype.name(),
+        bytes_per_token: weight_bytes_per_token(&model),
+        prompt_tokens: prompt,
+        prompt_tok_s: prompt as f64 / prompt_time,
+        decode_tokens: steps,
+        decode_tok_s: steps as f64 / decode_time,
+    })
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    eprintln!(
+        "bench: tier {}, probing memory bandwidth ({} MiB buffer)...",
+        kernels::TIER,
+        a.probe_mib
+    );
+    let bw1 = probe_bandwidth(a.probe_mib, 1, a.seconds);
+    let bwn = if threads > 1 {
+        probe_bandwidth(a.probe_mib, threads, a.seconds)
+    } else {
+        bw1
+    };
+    let kernel_rows = if a.no_kernels {
+        Vec::new()
+    } else {
+        eprintln!("bench: kernels...");
+        bench_kernels(a.seconds)
+    };
+    let model_run = match &a.model {
+        Some(p) => {
+            eprintln!("bench: decoding {}...", p.display());
+            Some(bench_model(p, a.prompt, a.steps)?)
+        }
+        None => None,
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if a.json {
+        let kernels_json: Vec<String> = kernel_rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"kernel\": \"{}\", \"shape\": \"{}\", \"bytes\": {}, \"ops\": {}, \"seconds\": {:e}, \"gb_per_s\": {:.3}, \"gops\": {:.3}}}",
+                    r.kernel, r.shape, r.bytes, r.ops, r.seconds, r.gbps(), r.gops()
+                )
+            })
+            .collect();
+        let model_json = match &model_run {
+            Some(m) => format!(
+                "{{\"path\": {:?}, \"wtype\": \"{}\", \"weight_bytes_per_token\": {}, \"prompt_tokens\": {}, \"prompt_tok_per_s\": {:.3}, \"decode_tokens\": {}, \"decode_tok_per_s\": {:.3}, \"roofline_tok_per_s\": {:.3}, \"roofline_fraction\": {:.4}}}",
+                m.path, m.wtype, m.bytes_per_token, m.prompt_tokens, m.prompt_tok_s, m.decode_tokens, m.decode_tok_s,
+                bw1 * 1e9 / m.bytes_per_token as f64, m.decode_tok_s / (bw1 * 1e9 / m.bytes_per_token as f64)
+            ),
+            None => "null".to_string(),
+        };
+        writeln!(
+            out,
+            "{{\"tier\": \"{}\", \"threads\": 1, \"bandwidth_gb_per_s\": {{\"1\": {bw1:.3}, \"{threads}\": {bwn:.3}}}, \"kernels\": [{}], \"model\": {model_json}}}",
+            kernels::TIER,
+            kernels_json.join(", ")
+        )
+        .map_err(stdout_error)?;
+        return Ok(());
+    }
+    let w = |out: &mut std::io::StdoutLock, s: String| writeln!(out, "{s}").map_err(stdout_error);
+    w(&mut out, format!("tier: {}", kernels::TIER))?;
+    w(
+        &mut out,
+        format!("memory read bandwidth: {bw1:.2} GB/s (1 thread), {bwn:.2} GB/s ({threads} threads)"),
+    )?;
+    if !kernel_rows.is_empty() {
+        w(&mut out, String::new())?;
+        w(
+            &mut out,
+            format!(
+                "{:<14} {:<34} {:>10} {:>9} {:>9}",
+                "kernel", "shape", "time (us)", "GB/s", "GOPS"
+            ),
+        )?;
+        for r in &kernel_rows {
+            w(
+                &mut out,
+                format!(
+                    "{:<14} {:<34} {:>10.2} {:>9.2} {:>9.2}",
+                    r.kernel,
+                    r.shape,
+                    r.seconds * 1e6,
+                    r.gbps(),
+                    r.gops()
+                ),
+            )?;
+        }
+    }
+    if let Some(m) = &model_run {
+        let roof = bw1 * 1e9 / m.bytes_per_token as f64;
+        w(&mut out, String::new())?;
+        w(
+            &mut out,
+            format!(
+                "model {} ({}), {:.1} MB of weights per token",
+                m.path,
+                m.wtype,
+                m.bytes_per_token as f64 / 1e6
+            ),
+        )?;
+        w(
+            &mut out,
+            format!("prompt: {} tokens at {:.1} tok/s", m.prompt_tokens, m.prompt_tok_s),
+        )?;
+        w(
+            &mut out,
+            format!(
+                "decode: {} tokens at {:.1} tok/s; roofline {:.1} tok/s at {bw1:.2} GB/s; {:.0}% of it",
+                m.decode_tokens,
+                m.decode_tok_s,
+                roof,
+                100.0 * m.decode_tok_s / roof
+            ),
+        )?;
+    }
+    Ok(())
+}
