@@ -225,7 +225,7 @@ fn weight_bytes_per_token(model: &Model) -> usize {
     total
 }
 
-fn bench_model(path: &PathBuf, prompt: usize, steps: usize) -> Result<ModelRun> {
+fn bench_model(path: &std::path::Path, prompt: usize, steps: usize) -> Result<ModelRun> {
     let model = Model::open(path)?;
     let mut tf = Transformer::new(&model)?;
     let h = *tf.header();
