@@ -76,7 +76,9 @@ fn decode_steps_allocate_nothing() {
             ..GenConfig::default()
         };
         let model = Model::from_bytes(&cfg.to_bytes().unwrap()).unwrap();
-        let mut tf = Transformer::new(&model).unwrap();
+        // With feature `threads` the pool runs too (2 threads); without it
+        // the count is ignored.
+        let mut tf = Transformer::with_threads(&model, 2).unwrap();
         let mut sampler = Sampler::new(cfg.vocab as usize, 0.8, 0.9, 7);
         let mut token = 1;
         let n = allocations_during(|| {

@@ -43,6 +43,8 @@ pub struct BenchArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    threads: super::ThreadsArg,
 }
 
 /// Matrix shapes (rows × K) that real models run, per model family.
@@ -76,6 +78,7 @@ fn best_time(seconds: f64, mut f: impl FnMut()) -> Duration {
 
 struct KernelRow {
     kernel: String,
+    threads: usize,
     shape: String,
     bytes: usize,
     ops: usize,
@@ -101,6 +104,42 @@ fn random_matrix(rng: &mut Rng, wtype: WType, rows: usize, cols: usize) -> (Vec<
         .collect();
     let d = (0..rows * cols / QK).map(|_| rng.next_f32() * 0.01).collect();
     (q, d)
+}
+
+/// matvec at the largest shape through the thread pool, as the model runs it.
+fn bench_threaded_matvec(seconds: f64, threads: usize) -> Result<Vec<KernelRow>> {
+    let exec = legacy_ml::ops::Exec::new(threads)?;
+    let (rows, cols) = (4096, 4096);
+    let mut rng = Rng::new(2);
+    let x: Vec<f32> = (0..cols).map(|_| rng.symmetric(1.0)).collect();
+    let (mut xq, mut xd) = (vec![0i8; cols], vec![0.0f32; cols / QK]);
+    kernels::quantize_q8(&mut xq, &mut xd, &x);
+    let mut out = Vec::new();
+    for wtype in [WType::Q8_0, WType::Q4_0] {
+        let (q, d) = random_matrix(&mut rng, wtype, rows, cols);
+        let w = QTensor {
+            wtype,
+            rows,
+            cols,
+            q: &q,
+            d: &d,
+        };
+        let act = QAct { q: &xq, d: &xd };
+        let mut y = vec![0.0f32; rows];
+        let t = best_time(seconds, || {
+            exec.matvec(&mut y, &w, &act);
+            black_box(&y);
+        });
+        out.push(KernelRow {
+            threads: exec.threads(),
+            kernel: format!("matvec_{}", wtype.name()),
+            shape: format!("4096x4096 ({rows}x{cols})"),
+            bytes: q.len() + d.len() * 4,
+            ops: 2 * rows * cols,
+            seconds: t.as_secs_f64(),
+        });
+    }
+    Ok(out)
 }
 
 fn bench_kernels(seconds: f64) -> Vec<KernelRow> {
@@ -129,6 +168,7 @@ fn bench_kernels(seconds: f64) -> Vec<KernelRow> {
                 black_box(&y);
             });
             rows_out.push(KernelRow {
+                threads: 1,
                 kernel: format!("matvec_{}", wtype.name()),
                 shape: format!("{name} ({rows}x{cols})"),
                 bytes: q.len() + d.len() * 4,
@@ -143,6 +183,7 @@ fn bench_kernels(seconds: f64) -> Vec<KernelRow> {
         let (mut q, mut d, mut o) = (vec![0i8; n], vec![0.0f32; n / QK], vec![0.0f32; n]);
         let mut push = |kernel: &str, bytes: usize, ops: usize, t: Duration| {
             rows_out.push(KernelRow {
+                threads: 1,
                 kernel: kernel.to_string(),
                 shape: format!("n={n}"),
                 bytes,
@@ -225,9 +266,9 @@ fn weight_bytes_per_token(model: &Model) -> usize {
     total
 }
 
-fn bench_model(path: &std::path::Path, prompt: usize, steps: usize) -> Result<ModelRun> {
+fn bench_model(path: &std::path::Path, prompt: usize, steps: usize, threads: usize) -> Result<ModelRun> {
     let model = Model::open(path)?;
-    let mut tf = Transformer::new(&model)?;
+    let mut tf = Transformer::with_threads(&model, threads)?;
     let h = *tf.header();
     let max_seq = h.max_seq as usize;
     let prompt = prompt.clamp(1, max_seq.saturating_sub(1).max(1));
@@ -255,7 +296,7 @@ fn bench_model(path: &std::path::Path, prompt: usize, steps: usize) -> Result<Mo
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = a.threads.count();
     eprintln!(
         "bench: tier {}, probing memory bandwidth ({} MiB buffer)...",
         kernels::TIER,
@@ -267,19 +308,23 @@ pub fn run(a: BenchArgs) -> Result<()> {
     } else {
         bw1
     };
-    let kernel_rows = if a.no_kernels {
-        Vec::new()
-    } else {
+    let bandwidth = |t: usize| if t > 1 { bwn } else { bw1 };
+    let mut kernel_rows = Vec::new();
+    if !a.no_kernels {
         eprintln!("bench: kernels...");
-        bench_kernels(a.seconds)
-    };
+        kernel_rows = bench_kernels(a.seconds);
+        if threads > 1 {
+            kernel_rows.extend(bench_threaded_matvec(a.seconds, threads)?);
+        }
+    }
     let model_run = match &a.model {
         Some(p) => {
-            eprintln!("bench: decoding {}...", p.display());
-            Some(bench_model(p, a.prompt, a.steps)?)
+            eprintln!("bench: decoding {} on {threads} thread(s)...", p.display());
+            Some(bench_model(p, a.prompt, a.steps, threads)?)
         }
         None => None,
     };
+    let roofline = |m: &ModelRun| bandwidth(threads) * 1e9 / m.bytes_per_token as f64;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if a.json {
@@ -287,22 +332,37 @@ pub fn run(a: BenchArgs) -> Result<()> {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"kernel\": \"{}\", \"shape\": \"{}\", \"bytes\": {}, \"ops\": {}, \"seconds\": {:e}, \"gb_per_s\": {:.3}, \"gops\": {:.3}}}",
-                    r.kernel, r.shape, r.bytes, r.ops, r.seconds, r.gbps(), r.gops()
+                    "{{\"kernel\": \"{}\", \"shape\": \"{}\", \"threads\": {}, \"bytes\": {}, \"ops\": {}, \"seconds\": {:e}, \"gb_per_s\": {:.3}, \"gops\": {:.3}, \"bandwidth_fraction\": {:.4}}}",
+                    r.kernel,
+                    r.shape,
+                    r.threads,
+                    r.bytes,
+                    r.ops,
+                    r.seconds,
+                    r.gbps(),
+                    r.gops(),
+                    r.gbps() / bandwidth(r.threads)
                 )
             })
             .collect();
         let model_json = match &model_run {
             Some(m) => format!(
-                "{{\"path\": {:?}, \"wtype\": \"{}\", \"weight_bytes_per_token\": {}, \"prompt_tokens\": {}, \"prompt_tok_per_s\": {:.3}, \"decode_tokens\": {}, \"decode_tok_per_s\": {:.3}, \"roofline_tok_per_s\": {:.3}, \"roofline_fraction\": {:.4}}}",
-                m.path, m.wtype, m.bytes_per_token, m.prompt_tokens, m.prompt_tok_s, m.decode_tokens, m.decode_tok_s,
-                bw1 * 1e9 / m.bytes_per_token as f64, m.decode_tok_s / (bw1 * 1e9 / m.bytes_per_token as f64)
+                "{{\"path\": {:?}, \"wtype\": \"{}\", \"threads\": {threads}, \"weight_bytes_per_token\": {}, \"prompt_tokens\": {}, \"prompt_tok_per_s\": {:.3}, \"decode_tokens\": {}, \"decode_tok_per_s\": {:.3}, \"roofline_tok_per_s\": {:.3}, \"roofline_fraction\": {:.4}}}",
+                m.path,
+                m.wtype,
+                m.bytes_per_token,
+                m.prompt_tokens,
+                m.prompt_tok_s,
+                m.decode_tokens,
+                m.decode_tok_s,
+                roofline(m),
+                m.decode_tok_s / roofline(m)
             ),
             None => "null".to_string(),
         };
         writeln!(
             out,
-            "{{\"tier\": \"{}\", \"threads\": 1, \"bandwidth_gb_per_s\": {{\"1\": {bw1:.3}, \"{threads}\": {bwn:.3}}}, \"kernels\": [{}], \"model\": {model_json}}}",
+            "{{\"tier\": \"{}\", \"threads\": {threads}, \"bandwidth_gb_per_s\": {{\"1\": {bw1:.3}, \"{threads}\": {bwn:.3}}}, \"kernels\": [{}], \"model\": {model_json}}}",
             kernels::TIER,
             kernels_json.join(", ")
         )
@@ -320,26 +380,27 @@ pub fn run(a: BenchArgs) -> Result<()> {
         w(
             &mut out,
             format!(
-                "{:<14} {:<34} {:>10} {:>9} {:>9}",
-                "kernel", "shape", "time (us)", "GB/s", "GOPS"
+                "{:<12} {:<30} {:>3} {:>10} {:>8} {:>8} {:>7}",
+                "kernel", "shape", "thr", "time (us)", "GB/s", "GOPS", "of bw"
             ),
         )?;
         for r in &kernel_rows {
             w(
                 &mut out,
                 format!(
-                    "{:<14} {:<34} {:>10.2} {:>9.2} {:>9.2}",
+                    "{:<12} {:<30} {:>3} {:>10.2} {:>8.2} {:>8.2} {:>6.0}%",
                     r.kernel,
                     r.shape,
+                    r.threads,
                     r.seconds * 1e6,
                     r.gbps(),
-                    r.gops()
+                    r.gops(),
+                    100.0 * r.gbps() / bandwidth(r.threads)
                 ),
             )?;
         }
     }
     if let Some(m) = &model_run {
-        let roof = bw1 * 1e9 / m.bytes_per_token as f64;
         w(&mut out, String::new())?;
         w(
             &mut out,
@@ -357,11 +418,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
         w(
             &mut out,
             format!(
-                "decode: {} tokens at {:.1} tok/s; roofline {:.1} tok/s at {bw1:.2} GB/s; {:.0}% of it",
+                "decode: {} tokens at {:.1} tok/s on {threads} thread(s); roofline {:.1} tok/s at {:.2} GB/s; {:.0}% of it",
                 m.decode_tokens,
                 m.decode_tok_s,
-                roof,
-                100.0 * m.decode_tok_s / roof
+                roofline(m),
+                bandwidth(threads),
+                100.0 * m.decode_tok_s / roofline(m)
             ),
         )?;
     }

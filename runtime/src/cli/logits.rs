@@ -22,11 +22,13 @@ pub struct LogitsArgs {
     /// Steps to record (the first is the prompt's last position).
     #[arg(short = 'n', long, default_value_t = 16)]
     steps: usize,
+    #[command(flatten)]
+    threads: super::ThreadsArg,
 }
 
 pub fn run(a: LogitsArgs) -> Result<()> {
     let model = Model::open(&a.model)?;
-    let mut tf = Transformer::new(&model)?;
+    let mut tf = Transformer::with_threads(&model, a.threads.count())?;
     let max_seq = tf.header().max_seq as usize;
     let prompt = a.tokens.0;
     if a.steps == 0 || prompt.len() + a.steps - 1 > max_seq {

@@ -101,6 +101,32 @@ pub fn join_ids(ids: &[u32]) -> String {
     ids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ")
 }
 
+/// `--threads N`: worker threads for builds with feature `threads`.
+#[derive(clap::Args, Clone, Copy)]
+pub struct ThreadsArg {
+    /// Threads to run on (default: one per CPU, at most 8; builds without
+    /// feature `threads` always use 1).
+    #[arg(long = "threads")]
+    threads: Option<usize>,
+}
+
+impl ThreadsArg {
+    pub fn count(self) -> usize {
+        #[cfg(feature = "threads")]
+        return self
+            .threads
+            .unwrap_or_else(legacy_ml::core::threads::default_threads)
+            .max(1);
+        #[cfg(not(feature = "threads"))]
+        {
+            if self.threads.is_some_and(|n| n > 1) {
+                eprintln!("note: this build has no `threads` feature; running on 1 thread");
+            }
+            1
+        }
+    }
+}
+
 /// A list of token ids on the command line, written "1,2,3".
 #[derive(Clone, Debug)]
 pub struct TokenIds(pub Vec<u32>);

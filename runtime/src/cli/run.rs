@@ -33,6 +33,8 @@ pub struct RunArgs {
     /// RNG seed; the same seed and model give the same tokens (default: from the clock).
     #[arg(short = 's', long)]
     seed: Option<u64>,
+    #[command(flatten)]
+    threads: super::ThreadsArg,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
@@ -44,7 +46,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         // BOS: let the model start from nothing.
         _ => vec![1],
     };
-    let mut tf = Transformer::new(&model)?;
+    let mut tf = Transformer::with_threads(&model, a.threads.count())?;
     let max_seq = tf.header().max_seq as usize;
     let available = (max_seq + 1).saturating_sub(prompt.len());
     let steps = a.steps.min(available);

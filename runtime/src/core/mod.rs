@@ -9,3 +9,5 @@ pub mod isa;
 pub mod quant;
 pub mod rng;
 pub mod tensor;
+#[cfg(feature = "threads")]
+pub mod threads;

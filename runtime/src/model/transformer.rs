@@ -8,7 +8,7 @@ use crate::core::arena::{Arena, Carver};
 use crate::core::error::{MlError, Result};
 use crate::core::quant::{dequantize_row_q4, dequantize_row_q8, QK};
 use crate::core::tensor::{QTensor, WType};
-use crate::ops;
+use crate::ops::{self, Exec};
 
 struct LayerWeights<'m> {
     attn_norm: &'m [f32],
@@ -174,10 +174,23 @@ pub struct Transformer<'m> {
     weights: Weights<'m>,
     regions: [usize; REGIONS],
     arena: Arena,
+    exec: Exec,
 }
 
 impl<'m> Transformer<'m> {
+    /// A transformer on the default number of threads (one without the
+    /// `threads` feature; see `core::threads::default_threads` with it).
     pub fn new(model: &'m Model) -> Result<Transformer<'m>> {
+        #[cfg(feature = "threads")]
+        let threads = crate::core::threads::default_threads();
+        #[cfg(not(feature = "threads"))]
+        let threads = 1;
+        Transformer::with_threads(model, threads)
+    }
+
+    /// A transformer on `threads` threads (ignored without the `threads`
+    /// feature). Logits are bit-identical for any thread count.
+    pub fn with_threads(model: &'m Model, threads: usize) -> Result<Transformer<'m>> {
         let header = *model.header();
         let regions = region_bytes(&header)?;
         let arena = Arena::new(&regions, "run-time buffers")?;
@@ -186,6 +199,7 @@ impl<'m> Transformer<'m> {
             weights: Weights::new(model)?,
             regions,
             arena,
+            exec: Exec::new(threads)?,
         };
         t.fill_rope_tables();
         Ok(t)
@@ -193,6 +207,11 @@ impl<'m> Transformer<'m> {
 
     pub fn header(&self) -> &Header {
         &self.header
+    }
+
+    /// Threads the forward pass runs on.
+    pub fn threads(&self) -> usize {
+        self.exec.threads()
     }
 
     /// Bytes of the run-time arena.
@@ -244,7 +263,7 @@ impl<'m> Transformer<'m> {
         let group = n_heads / n_kv_heads;
         let half = head_dim / 2;
         let inv_sqrt_hd = 1.0 / (head_dim as f32).sqrt();
-        let weights = &self.weights;
+        let (weights, exec) = (&self.weights, &self.exec);
         let b = Buffers::carve(self.arena.carver(), &self.regions);
 
         embed(b.x, &weights.tok_emb, token as usize);
@@ -252,51 +271,62 @@ impl<'m> Transformer<'m> {
         let sin = &b.rope_sin[pos * half..(pos + 1) * half];
 
         for (l, lw) in weights.layers.iter().enumerate() {
-            let cache_at = |t: usize| (l * seq + t) * kv_dim;
             // Attention.
             ops::rmsnorm(b.xb, b.x, lw.attn_norm, h.norm_eps);
             let qa = ops::quantize(b.act_q, b.act_d, b.xb);
-            let row = cache_at(pos);
+            let row = (l * seq + pos) * kv_dim;
             let k = &mut b.key_cache[row..row + kv_dim];
             let v = &mut b.value_cache[row..row + kv_dim];
-            ops::matvec(b.q, &lw.wq, &qa);
-            ops::matvec(k, &lw.wk, &qa);
-            ops::matvec(v, &lw.wv, &qa);
+            exec.matvec(b.q, &lw.wq, &qa);
+            exec.matvec(k, &lw.wk, &qa);
+            exec.matvec(v, &lw.wv, &qa);
             ops::rope(b.q, k, cos, sin, head_dim, n_heads, n_kv_heads);
 
-            for head in 0..n_heads {
-                let kv_off = (head / group) * head_dim;
-                let q_h = &b.q[head * head_dim..(head + 1) * head_dim];
-                let att = &mut b.att[head * seq..head * seq + pos + 1];
-                for (t, score) in att.iter_mut().enumerate() {
-                    let k_t = &b.key_cache[cache_at(t) + kv_off..cache_at(t) + kv_off + head_dim];
-                    *score = ops::dot_f32(q_h, k_t) * inv_sqrt_hd;
+            // Heads are independent: split them between threads.
+            let layer_keys = &b.key_cache[l * seq * kv_dim..(l * seq + pos + 1) * kv_dim];
+            let layer_values = &b.value_cache[l * seq * kv_dim..(l * seq + pos + 1) * kv_dim];
+            let q = &*b.q;
+            let per = exec.units_per_thread(n_heads, 1);
+            let parts = b.att[..n_heads * seq]
+                .chunks_mut(per * seq)
+                .zip(b.xb[..n_heads * head_dim].chunks_mut(per * head_dim))
+                .enumerate()
+                .map(|(i, (att, out))| (i * per, att, out));
+            exec.for_parts(parts, &|(first, att, out): (usize, &mut [f32], &mut [f32])| {
+                for (j, (att, out)) in att.chunks_mut(seq).zip(out.chunks_mut(head_dim)).enumerate() {
+                    let head = first + j;
+                    let kv_off = (head / group) * head_dim;
+                    let q_h = &q[head * head_dim..(head + 1) * head_dim];
+                    attend(
+                        q_h,
+                        layer_keys,
+                        layer_values,
+                        kv_dim,
+                        kv_off,
+                        inv_sqrt_hd,
+                        &mut att[..=pos],
+                        out,
+                    );
                 }
-                ops::softmax(att);
-                let out = &mut b.xb[head * head_dim..(head + 1) * head_dim];
-                out.fill(0.0);
-                for (t, &p) in att.iter().enumerate() {
-                    let v_t = &b.value_cache[cache_at(t) + kv_off..cache_at(t) + kv_off + head_dim];
-                    ops::axpy_f32(out, p, v_t);
-                }
-            }
+            });
+
             let qa = ops::quantize(b.act_q, b.act_d, b.xb);
-            ops::matvec(b.xb2, &lw.wo, &qa);
+            exec.matvec(b.xb2, &lw.wo, &qa);
             ops::add(b.x, b.xb2);
 
             // Feed-forward: w2 · (silu(w1 · h) ⊙ (w3 · h)).
             ops::rmsnorm(b.xb, b.x, lw.ffn_norm, h.norm_eps);
             let qa = ops::quantize(b.act_q, b.act_d, b.xb);
-            ops::matvec(b.hb, &lw.w1, &qa);
-            ops::matvec(b.hb2, &lw.w3, &qa);
+            exec.matvec(b.hb, &lw.w1, &qa);
+            exec.matvec(b.hb2, &lw.w3, &qa);
             ops::silu_mul(b.hb, b.hb2);
             let qa = ops::quantize(b.act_q, b.act_d, b.hb);
-            ops::matvec(b.xb2, &lw.w2, &qa);
+            exec.matvec(b.xb2, &lw.w2, &qa);
             ops::add(b.x, b.xb2);
         }
         ops::rmsnorm(b.xb, b.x, weights.final_norm, h.norm_eps);
         let qa = ops::quantize(b.act_q, b.act_d, b.xb);
-        ops::matvec(b.logits, &weights.wcls, &qa);
+        exec.matvec(b.logits, &weights.wcls, &qa);
         Ok(b.logits)
     }
 }
@@ -320,6 +350,33 @@ impl Transformer<'_> {
             self.forward(token, pos)?;
         }
         self.forward(*last, rest.len())
+    }
+}
+
+/// One head's attention over positions 0..=pos: scores against every cached
+/// key, softmax, then the probability-weighted sum of the cached values.
+/// `keys`/`values` hold one `kv_dim` row per position; the head's KV head
+/// starts at `kv_off` within each row.
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    q_h: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    kv_dim: usize,
+    kv_off: usize,
+    scale: f32,
+    att: &mut [f32],
+    out: &mut [f32],
+) {
+    let head_dim = q_h.len();
+    for (t, score) in att.iter_mut().enumerate() {
+        let k_t = &keys[t * kv_dim + kv_off..t * kv_dim + kv_off + head_dim];
+        *score = ops::dot_f32(q_h, k_t) * scale;
+    }
+    ops::softmax(att);
+    out.fill(0.0);
+    for (t, &p) in att.iter().enumerate() {
+        ops::axpy_f32(out, p, &values[t * kv_dim + kv_off..t * kv_dim + kv_off + head_dim]);
     }
 }
 

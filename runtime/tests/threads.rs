@@ -1,0 +1,51 @@
+//! With feature `threads`: logits are bit-identical for any thread count,
+//! and a decode step still allocates nothing.
+#![cfg(feature = "threads")]
+
+use legacy_ml::core::tensor::WType;
+use legacy_ml::model::gen::GenConfig;
+use legacy_ml::model::transformer::Transformer;
+use legacy_ml::model::Model;
+
+fn logits_bits(model: &Model, threads: usize, tokens: &[u32]) -> Vec<Vec<u32>> {
+    let mut tf = Transformer::with_threads(model, threads).unwrap();
+    assert_eq!(tf.threads(), threads);
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(pos, &t)| tf.forward(t, pos).unwrap().iter().map(|v| v.to_bits()).collect())
+        .collect()
+}
+
+#[test]
+fn thread_counts_give_bit_identical_logits() {
+    legacy_ml::core::isa::guard();
+    let tokens: Vec<u32> = (0..40).map(|i| (i * 37 + 1) % 250).collect();
+    for cfg in [
+        GenConfig {
+            wtype: WType::Q8_0,
+            seed: 21,
+            ..GenConfig::default()
+        },
+        // Odd shapes: vocab and kv rows not multiples of 4, 6 heads for 3 threads.
+        GenConfig {
+            wtype: WType::Q4_0,
+            seed: 22,
+            vocab: 250,
+            dim: 96,
+            n_heads: 6,
+            n_kv_heads: 3,
+            hidden_dim: 160,
+            ..GenConfig::default()
+        },
+    ] {
+        let model = Model::from_bytes(&cfg.to_bytes().unwrap()).unwrap();
+        let one = logits_bits(&model, 1, &tokens);
+        for threads in [2, 3, 5] {
+            assert!(
+                one == logits_bits(&model, threads, &tokens),
+                "{threads} threads differ from 1 ({cfg:?})"
+            );
+        }
+    }
+}
