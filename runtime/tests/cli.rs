@@ -58,7 +58,7 @@ fn gen(dir: &TempDir, name: &str, extra: &[&str]) -> String {
 
 #[track_caller]
 fn assert_exit(o: &Output, code: i32, needle: &str) {
-    assert_eq!(o.status.code(), Some(code), "stderr: {}", stderr(&o));
+    assert_eq!(o.status.code(), Some(code), "stderr: {}", stderr(o));
     let err = stderr(o);
     assert!(err.contains(needle), "stderr {err:?} lacks {needle:?}");
     assert!(!err.contains("panicked"), "{err}");
