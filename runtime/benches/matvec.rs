@@ -1,0 +1,54 @@
+//! criterion benches of the bound matvec kernels, for comparing a change
+//! against a saved baseline:
+//!
+//! ```sh
+//! cargo bench -p runtime --features isa-avx2 --bench matvec -- --save-baseline before
+//! # change something
+//! cargo bench -p runtime --features isa-avx2 --bench matvec -- --baseline before
+//! ```
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use legacy_ml::core::quant::QK;
+use legacy_ml::core::rng::Rng;
+use legacy_ml::core::tensor::{QAct, QTensor, WType};
+use legacy_ml::kernels;
+use std::hint::black_box;
+
+const SHAPES: &[(usize, usize)] = &[(576, 576), (1536, 576), (576, 1536), (4096, 4096)];
+
+fn matvec(c: &mut Criterion) {
+    legacy_ml::core::isa::guard();
+    let mut rng = Rng::new(1);
+    let mut group = c.benchmark_group(format!("matvec/{}", kernels::TIER));
+    for &(rows, cols) in SHAPES {
+        let x: Vec<f32> = (0..cols).map(|_| rng.symmetric(1.0)).collect();
+        let (mut xq, mut xd) = (vec![0i8; cols], vec![0.0f32; cols / QK]);
+        kernels::quantize_q8(&mut xq, &mut xd, &x);
+        for wtype in [WType::Q8_0, WType::Q4_0] {
+            let q: Vec<u8> = (0..wtype.quant_bytes((rows * cols) as u64) as usize)
+                .map(|_| rng.next_u32() as u8 & 0x7F)
+                .collect();
+            let d: Vec<f32> = (0..rows * cols / QK).map(|_| rng.next_f32() * 0.01).collect();
+            let w = QTensor {
+                wtype,
+                rows,
+                cols,
+                q: &q,
+                d: &d,
+            };
+            let act = QAct { q: &xq, d: &xd };
+            let mut y = vec![0.0f32; rows];
+            group.throughput(Throughput::Bytes((q.len() + d.len() * 4) as u64));
+            group.bench_function(BenchmarkId::new(wtype.name(), format!("{rows}x{cols}")), |b| {
+                b.iter(|| match wtype {
+                    WType::Q8_0 => kernels::matvec_q8(black_box(&mut y), &w, &act, 0, rows),
+                    WType::Q4_0 => kernels::matvec_q4(black_box(&mut y), &w, &act, 0, rows),
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matvec);
+criterion_main!(benches);
