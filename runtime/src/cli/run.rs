@@ -6,6 +6,8 @@ use legacy_ml::model::Model;
 use legacy_ml::Result;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(clap::Args)]
@@ -73,6 +75,14 @@ pub fn run(a: RunArgs) -> Result<()> {
         out.flush().map_err(stdout_error)?;
     }
 
+    // Ctrl-C stops generation between tokens: the text so far and the
+    // speed line are still printed and the exit is clean (code 0).
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&interrupted);
+    if ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).is_err() {
+        eprintln!("note: cannot install a Ctrl-C handler; Ctrl-C will end the process abruptly");
+    }
+
     let start = Instant::now();
     let mut next = sampler.sample(tf.prefill(&prompt)?);
     let prefill_time = start.elapsed();
@@ -80,6 +90,10 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut generated = 0;
     let decode_start = Instant::now();
     for i in 0..steps {
+        if interrupted.load(Ordering::Relaxed) {
+            eprintln!("\ninterrupted");
+            break;
+        }
         match &tokenizer {
             Some(tok) => {
                 if next == tok.bos() || next == tok.eos() {
