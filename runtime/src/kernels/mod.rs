@@ -3,15 +3,136 @@
 //!
 //! The scalar tier is always compiled: it is the fallback of every chain and
 //! the reference the tests hold the other tiers to.
+//!
+//! A tier's module implements the kernels its instructions improve (listed in
+//! its `PROVIDES`) and re-exports the rest from the tier below it, so each
+//! module is a complete set of ten and its fallback chain reads in one place.
+//! Only the enabled tiers are compiled; the cargo features chain
+//! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`), so every
+//! module a tier re-exports from is there.
 
 pub mod scalar;
 
+#[cfg(all(feature = "isa-sse2", not(any(target_arch = "x86", target_arch = "x86_64"))))]
+compile_error!(
+    "the isa-sse2/sse41/avx2/avxvnni/avx512vnni features select x86 kernels, but this target is not x86; \
+     build without them (scalar) or with an ISA feature for this target"
+);
+
+// Tier modules, lowest first. Each exists only when its feature is on.
+#[cfg(all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")))]
+pub mod sse2;
+
+#[cfg(all(feature = "isa-sse41", any(target_arch = "x86", target_arch = "x86_64")))]
+pub mod sse41;
+
+#[cfg(all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")))]
+pub mod avx2;
+
+#[cfg(all(feature = "isa-avxvnni", any(target_arch = "x86", target_arch = "x86_64")))]
+pub mod avxvnni;
+
+#[cfg(all(feature = "isa-avx512vnni", any(target_arch = "x86", target_arch = "x86_64")))]
+pub mod avx512vnni;
+
+// The binding table: the highest enabled tier is the active one (spec §3),
+// tried from the top. No function pointers, no runtime dispatch: each name
+// below is a direct call the optimiser can inline.
+#[cfg(all(feature = "isa-avx512vnni", any(target_arch = "x86", target_arch = "x86_64")))]
+use avx512vnni as active;
+
+#[cfg(all(
+    feature = "isa-avxvnni",
+    not(feature = "isa-avx512vnni"),
+    any(target_arch = "x86", target_arch = "x86_64")
+))]
+use avxvnni as active;
+
+#[cfg(all(
+    feature = "isa-avx2",
+    not(feature = "isa-avxvnni"),
+    any(target_arch = "x86", target_arch = "x86_64")
+))]
+use avx2 as active;
+
+#[cfg(all(
+    feature = "isa-sse41",
+    not(feature = "isa-avx2"),
+    any(target_arch = "x86", target_arch = "x86_64")
+))]
+use sse41 as active;
+
+#[cfg(all(
+    feature = "isa-sse2",
+    not(feature = "isa-sse41"),
+    any(target_arch = "x86", target_arch = "x86_64")
+))]
+use sse2 as active;
+
+// Scalar: no tier feature, or (after the compile_error above) the wrong
+// architecture, so that the compile_error is the only error reported.
+#[cfg(any(not(feature = "isa-sse2"), not(any(target_arch = "x86", target_arch = "x86_64"))))]
+mod active {
+    pub use super::scalar::{
+        add, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul, softmax,
+    };
+    pub const TIER: &str = "scalar";
+    pub const REQUIRED_FEATURES: &[&str] = &[];
+}
+
+pub use active::{add, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul, softmax};
+
 /// The instruction-set tier this build was compiled for.
-pub const TIER: &str = "scalar";
+pub const TIER: &str = active::TIER;
 
-/// CPU features the kernels bound below execute (checked by `core::isa`).
-pub const REQUIRED_FEATURES: &[&str] = &[];
+/// CPU features (as /proc/cpuinfo names them) that the kernels bound above
+/// execute; `core::isa` checks them before any kernel can run.
+pub const REQUIRED_FEATURES: &[&str] = active::REQUIRED_FEATURES;
 
-// The binding table. Each generic kernel name resolves to the highest enabled
-// tier implementing it (spec §3). No function pointers, no runtime dispatch.
-pub use scalar::{add, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul, softmax};
+/// The bounds every SIMD matvec relies on, checked once per call so that its
+/// pointer loops stay inside the slices whatever the caller passes. Rows are
+/// `row_stride` bytes apart and a block's quants are `block_bytes` long (as
+/// the scalar kernels index them). Returns the number of blocks per row.
+///
+/// Inputs the scalar kernels would panic on (by slice indexing) panic here
+/// too, before any unsafe code runs.
+#[cfg(all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")))]
+pub(crate) fn check_matvec(
+    y: &[f32],
+    w: &crate::core::tensor::QTensor,
+    x: &crate::core::tensor::QAct,
+    r0: usize,
+    r1: usize,
+    row_stride: usize,
+    block_bytes: usize,
+) -> usize {
+    use crate::core::quant::QK;
+    let nb = w.blocks_per_row();
+    assert!(r0 <= r1, "matvec rows {r0}..{r1} are reversed");
+    assert!(
+        y.len() >= r1 - r0,
+        "matvec output holds {} rows, not {}",
+        y.len(),
+        r1 - r0
+    );
+    assert!(
+        x.q.len() >= nb * QK && x.d.len() >= nb,
+        "matvec activation is shorter than {} columns",
+        nb * QK
+    );
+    if r1 > r0 {
+        // The last row read ends at (r1 - 1) * row_stride + nb * block_bytes.
+        let q_end = (r1 - 1)
+            .checked_mul(row_stride)
+            .and_then(|v| v.checked_add(nb * block_bytes));
+        assert!(
+            q_end.is_some_and(|e| e <= w.q.len()),
+            "matvec weights are shorter than row {r1}"
+        );
+        assert!(
+            r1.checked_mul(nb).is_some_and(|e| e <= w.d.len()),
+            "matvec scales are shorter than row {r1}"
+        );
+    }
+    nb
+}

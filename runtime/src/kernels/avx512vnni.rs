@@ -1,0 +1,288 @@
+//! AVX-512 VNNI tier: Ice Lake, Sapphire Rapids, Zen 4 and later. Implements
+//! the two matvecs and quantize_q8 with 512-bit vectors; the float kernels
+//! are the AVX2 tier's (bound, not re-implemented: at the model's vector
+//! lengths they are load-bound, and Zen 4 splits 512-bit float ops in two).
+//!
+//! This tier deliberately does not fall back on the avxvnni module: AVX-512
+//! VNNI does not imply AVX-VNNI (Zen 4 has the first only), so everything
+//! the avxvnni tier implements is implemented here again with EVEX code.
+//!
+//! Integer dot (spec §5): 512-bit vpdpbusd, two blocks per instruction. It
+//! multiplies unsigned by signed bytes, so the activation is made unsigned
+//! with vpabsb; AVX-512 has no vpsignb, so its sign is moved onto the weight
+//! with a masked subtract from zero under the activation's sign-bit mask
+//! (where the activation is 0, |x| = 0 already zeroes the product).
+//!
+//! Only 512-bit EVEX forms and AVX2 (VEX) forms are used, never EVEX at 128
+//! or 256 bits, so AVX512VL is not required.
+
+#[cfg(target_arch = "x86")]
+use std::arch::x86::*;
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use crate::core::quant::{Q4_BLOCK_BYTES, QK};
+use crate::core::tensor::{QAct, QTensor};
+
+// The fallback chain, skipping avxvnni (see above): the float kernels are AVX2's.
+pub use super::avx2::{add, axpy_f32, dot_f32, rmsnorm, rope, silu_mul, softmax};
+
+pub const TIER: &str = "avx512vnni";
+/// The AVX2 tier's features (its float kernels are bound here) plus what the
+/// EVEX code uses. Not avx_vnni, not avx512vl.
+pub const REQUIRED_FEATURES: &[&str] = &[
+    "sse2",
+    "sse3",
+    "ssse3",
+    "sse4_1",
+    "sse4_2",
+    "avx",
+    "fma",
+    "avx2",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+];
+/// Kernels this module implements itself.
+pub const PROVIDES: &[&str] = &["matvec_q8", "matvec_q4", "quantize_q8"];
+
+// ---------------------------------------------------------------------------
+// Integer path: matvec_q8, matvec_q4
+
+pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
+    let nb = super::check_matvec(y, w, x, r0, r1, w.cols, QK);
+    // SAFETY: AVX-512 F/BW/VNNI (and AVX2, FMA) are verified by the guard;
+    // check_matvec bounded every row, block and scale the loop touches.
+    unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
+}
+
+pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
+    let nb = super::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
+    // SAFETY: as in matvec_q8, with Q4's row stride and block size.
+    unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
+}
+
+/// Two consecutive weight blocks as 64 int8 (block b in the low 256 bits).
+/// Q4: 32 packed bytes hold both blocks' low and high nibbles; they are
+/// arranged as [lo(b), hi(b), lo(b+1), hi(b+1)] and re-centred.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn load_w2<const Q4: bool>(p: *const u8) -> __m512i {
+    if Q4 {
+        let packed = _mm256_loadu_si256(p.cast());
+        let both = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
+        // 128-bit lanes [p0 p1 s0 s1] → [p0 s0 p1 s1]
+        let both = _mm512_shuffle_i64x2(both, both, 0b11_01_10_00);
+        _mm512_sub_epi8(_mm512_and_si512(both, _mm512_set1_epi8(0x0F)), _mm512_set1_epi8(8))
+    } else {
+        _mm512_loadu_si512(p.cast())
+    }
+}
+
+/// One weight block in the low 256 bits, zeros above (the odd last block).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn load_w1<const Q4: bool>(p: *const u8) -> __m512i {
+    let v = if Q4 {
+        let packed = _mm_loadu_si128(p.cast());
+        let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+        _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8))
+    } else {
+        _mm256_loadu_si256(p.cast())
+    };
+    _mm512_zextsi256_si512(v)
+}
+
+/// Two activation blocks as |x| and the mask of negative bytes, prepared
+/// once and shared by four rows.
+#[derive(Clone, Copy)]
+struct XPair {
+    abs: __m512i,
+    neg: __mmask64,
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn x_pair(x: __m512i) -> XPair {
+    XPair {
+        abs: _mm512_abs_epi8(x),
+        neg: _mm512_movepi8_mask(x),
+    }
+}
+
+/// Integer dots of two weight blocks with two activation blocks: int32
+/// partials, lanes 0–7 for the first block and 8–15 for the second.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn pair_dot(w: __m512i, x: XPair) -> __m512i {
+    let zero = _mm512_setzero_si512();
+    let signed_w = _mm512_mask_sub_epi8(w, x.neg, zero, w);
+    _mm512_dpbusd_epi32(zero, x.abs, signed_w)
+}
+
+/// Per-block sums of four rows' pair dots:
+/// [a(b) b(b) c(b) d(b) a(b+1) b(b+1) c(b+1) d(b+1)].
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn hsum4x2_epi32(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m256i {
+    // A 4×4 transpose-and-add within each 128-bit lane leaves lane L as
+    // [Σa, Σb, Σc, Σd] over that lane; lanes 0–1 are block b, 2–3 block b+1.
+    let ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    let cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    let s = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    let s = _mm512_shuffle_i64x2(s, s, 0b11_01_10_00); // [L0 L2 L1 L3]
+    _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1))
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    let v = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let v = _mm_hadd_epi32(v, v);
+    _mm_cvtsi128_si32(_mm_hadd_epi32(v, v))
+}
+
+/// Rows four at a time, blocks two at a time, each activation pair loaded
+/// once for all four rows; an odd last block runs with zeros in its second
+/// half; then a row-at-a-time tail.
+///
+/// Each row keeps two sums, even blocks and odd blocks, each
+/// fma(sumi·dw, dx, sum) in block order, and returns even + odd, in the group
+/// and in the tail alike, so a row's result does not depend on how [r0, r1)
+/// splits into groups.
+///
+/// Safety: AVX-512 F/BW/VNNI, AVX2, FMA; `check_matvec` has accepted these
+/// arguments.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn matvec<const Q4: bool>(
+    y: *mut f32,
+    wq: *const u8,
+    wd: *const f32,
+    x: &QAct,
+    nb: usize,
+    stride: usize,
+    r0: usize,
+    r1: usize,
+) {
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+    let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
+    let pairs = nb / 2;
+    let x2 = |b: usize| x_pair(_mm512_loadu_si512(xq.add(b * QK).cast()));
+    let x1 = |b: usize| x_pair(_mm512_zextsi256_si512(_mm256_loadu_si256(xq.add(b * QK).cast())));
+    let mut r = r0;
+    while r + 4 <= r1 {
+        let row = |j: usize| wq.add((r + j) * stride);
+        // Scales of rows r..r+4 for block b.
+        let dw4 = |b: usize| {
+            _mm_set_ps(
+                *wd.add((r + 3) * nb + b),
+                *wd.add((r + 2) * nb + b),
+                *wd.add((r + 1) * nb + b),
+                *wd.add(r * nb + b),
+            )
+        };
+        let mut acc = _mm256_setzero_ps();
+        for p in 0..pairs {
+            let b = 2 * p;
+            let xb = x2(b);
+            let sumi = hsum4x2_epi32(
+                pair_dot(load_w2::<Q4>(row(0).add(b * bb)), xb),
+                pair_dot(load_w2::<Q4>(row(1).add(b * bb)), xb),
+                pair_dot(load_w2::<Q4>(row(2).add(b * bb)), xb),
+                pair_dot(load_w2::<Q4>(row(3).add(b * bb)), xb),
+            );
+            let dx = _mm256_set_m128(_mm_set1_ps(*xd.add(b + 1)), _mm_set1_ps(*xd.add(b)));
+            let dw = _mm256_set_m128(dw4(b + 1), dw4(b));
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dw), dx, acc);
+        }
+        if nb % 2 == 1 {
+            let b = nb - 1;
+            let xb = x1(b);
+            let sumi = hsum4x2_epi32(
+                pair_dot(load_w1::<Q4>(row(0).add(b * bb)), xb),
+                pair_dot(load_w1::<Q4>(row(1).add(b * bb)), xb),
+                pair_dot(load_w1::<Q4>(row(2).add(b * bb)), xb),
+                pair_dot(load_w1::<Q4>(row(3).add(b * bb)), xb),
+            );
+            // Only the low (even) half: the odd sums must stay untouched.
+            let t = _mm_mul_ps(_mm_cvtepi32_ps(_mm256_castsi256_si128(sumi)), dw4(b));
+            let even = _mm_fmadd_ps(t, _mm_set1_ps(*xd.add(b)), _mm256_castps256_ps128(acc));
+            acc = _mm256_insertf128_ps(acc, even, 0);
+        }
+        let sums = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        _mm_storeu_ps(y.add(r - r0), sums);
+        r += 4;
+    }
+    while r < r1 {
+        let row = wq.add(r * stride);
+        let dw = |b: usize| *wd.add(r * nb + b);
+        let (mut even, mut odd) = (0.0f32, 0.0f32);
+        for p in 0..pairs {
+            let b = 2 * p;
+            let v = pair_dot(load_w2::<Q4>(row.add(b * bb)), x2(b));
+            let lo = hsum_epi32(_mm512_castsi512_si256(v));
+            let hi = hsum_epi32(_mm512_extracti64x4_epi64(v, 1));
+            even = (lo as f32 * dw(b)).mul_add(*xd.add(b), even);
+            odd = (hi as f32 * dw(b + 1)).mul_add(*xd.add(b + 1), odd);
+        }
+        if nb % 2 == 1 {
+            let b = nb - 1;
+            let v = pair_dot(load_w1::<Q4>(row.add(b * bb)), x1(b));
+            let lo = hsum_epi32(_mm512_castsi512_si256(v));
+            even = (lo as f32 * dw(b)).mul_add(*xd.add(b), even);
+        }
+        *y.add(r - r0) = even + odd;
+        r += 1;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// quantize_q8
+
+pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
+    // As the scalar kernel's zip: whole blocks that all three slices hold.
+    let blocks = (x.len() / QK).min(q.len() / QK).min(d.len());
+    for b in 0..blocks {
+        let (xb, qb) = (&x[b * QK..(b + 1) * QK], &mut q[b * QK..(b + 1) * QK]);
+        // SAFETY: AVX-512F verified by the guard; both slices are exactly QK long.
+        d[b] = unsafe { quantize_block(qb.as_mut_ptr(), xb.as_ptr()) };
+    }
+}
+
+/// One block (two registers), bit-identical to `quant::quantize_block_q8`
+/// for every input (NaN and infinities included): amax and id are computed
+/// in the same scalar operations, then q = trunc(x·id + copysign(0.5, x))
+/// with a separate multiply and add (no FMA), NaN → 0, clamped to ±127.
+/// Bitwise float ops go through the integer domain (no AVX512DQ needed).
+///
+/// Safety: AVX-512F; `q` and `x` are valid for QK elements.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn quantize_block(q: *mut i8, x: *const f32) -> f32 {
+    let v = [_mm512_loadu_ps(x), _mm512_loadu_ps(x.add(16))];
+    // maxps returns its second operand when either is NaN, so a NaN |x| is
+    // skipped, as f32::max skips it in the scalar fold; m holds no NaN, so
+    // the reduction's order cannot matter.
+    let m = _mm512_max_ps(
+        _mm512_abs_ps(v[1]),
+        _mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_setzero_ps()),
+    );
+    let amax = _mm512_reduce_max_ps(m);
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+
+    let idv = _mm512_set1_ps(id);
+    let sign = _mm512_set1_epi32(i32::MIN);
+    let half = _mm512_castps_si512(_mm512_set1_ps(0.5));
+    let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
+    for (i, &vi) in v.iter().enumerate() {
+        let signed_half = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(vi), sign), half);
+        let r = _mm512_add_ps(_mm512_mul_ps(vi, idv), _mm512_castsi512_ps(signed_half));
+        // The scalar `as i8` maps NaN to 0; cvttps would give INT_MIN.
+        let r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r), r);
+        let qi = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+        // In range already, so the truncating narrow is exact.
+        _mm_storeu_si128(q.add(16 * i).cast(), _mm512_cvtepi32_epi8(qi));
+    }
+    d
+}
