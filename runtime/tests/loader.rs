@@ -288,3 +288,13 @@ fn gen_is_byte_identical_for_a_seed() {
     assert_eq!(a, b);
     assert_ne!(a, c);
 }
+
+#[test]
+fn rejects_q8_quant_of_minus_128() {
+    let bytes = valid();
+    let layout = Model::from_bytes(&bytes).unwrap().layout().clone();
+    let w2 = layout.tensors.iter().find(|t| t.name == "layers.0.w2").unwrap();
+    let mut bytes = bytes;
+    bytes[w2.q_offset + 5] = 0x80;
+    rejects(&bytes, ErrorKind::Format, "layers.0.w2 quant #5 is -128");
+}

@@ -77,7 +77,7 @@ pub fn bytes_as_i8(b: &[u8]) -> &[i8] {
 /// loader has checked both for every array; a violation here is a logic error
 /// and yields a Format error rather than undefined behaviour.
 pub fn bytes_as_f32(b: &[u8]) -> Result<&[f32]> {
-    if b.as_ptr() as usize % std::mem::align_of::<f32>() != 0 || b.len() % 4 != 0 {
+    if !(b.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>()) || !b.len().is_multiple_of(4) {
         return Err(MlError::format(format!(
             "f32 array at {:p} of {} bytes is misaligned or ragged",
             b.as_ptr(),

@@ -51,7 +51,10 @@ pub fn check() -> Result<()> {
 /// first in `main` (and in every test binary) before any kernel runs.
 pub fn guard() {
     if let Err(e) = check() {
-        eprintln!("error: {e}");
+        // Straight to the stderr handle: in test binaries `eprintln!` is
+        // captured by the test harness, and this message must be seen.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr().lock(), "error: {e}");
         std::process::exit(e.kind.exit_code());
     }
 }

@@ -10,7 +10,7 @@ pub mod writer;
 use crate::core::aligned::bytes_as_f32;
 use crate::core::error::{MlError, Result};
 use crate::core::file::Storage;
-use crate::core::tensor::QTensor;
+use crate::core::tensor::{QTensor, WType};
 use format::{Header, Layout, TensorEntry, TensorKind};
 use std::path::Path;
 
