@@ -54,6 +54,18 @@ impl Model {
                     t.name, values[i]
                 )));
             }
+            // Q8_0 quants are clamped to ±127; the SIMD kernels' sign trick
+            // (|w|, sign(x)·w) is exact only there, so -128 would be
+            // silently wrong.
+            if t.kind == TensorKind::Quant && self.layout.header.wtype == WType::Q8_0 {
+                let q = &self.storage.bytes()[t.q_offset..t.q_offset + t.q_bytes];
+                if let Some(i) = q.iter().position(|&b| b == 0x80) {
+                    return Err(MlError::format(format!(
+                        "tensor {} quant #{i} is -128; Q8_0 quants must lie in [-127, 127]",
+                        t.name
+                    )));
+                }
+            }
         }
         Ok(())
     }
