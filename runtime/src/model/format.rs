@@ -158,19 +158,19 @@ impl Header {
     /// The rules that make the dimensions fit together.
     pub fn check_shapes(&self) -> Result<()> {
         let h = self;
-        if h.n_heads % h.n_kv_heads != 0 {
+        if !h.n_heads.is_multiple_of(h.n_kv_heads) {
             return Err(MlError::shape(format!(
                 "n_heads {} is not a multiple of n_kv_heads {}",
                 h.n_heads, h.n_kv_heads
             )));
         }
-        if h.dim % h.n_heads != 0 {
+        if !h.dim.is_multiple_of(h.n_heads) {
             return Err(MlError::shape(format!(
                 "dim {} is not a multiple of n_heads {}",
                 h.dim, h.n_heads
             )));
         }
-        if h.head_dim() % 2 != 0 {
+        if !h.head_dim().is_multiple_of(2) {
             return Err(MlError::shape(format!(
                 "head_dim {} (dim {} / n_heads {}) is odd; RoPE rotates pairs",
                 h.head_dim(),
@@ -179,7 +179,7 @@ impl Header {
             )));
         }
         for (name, k) in [("dim", h.dim), ("hidden_dim", h.hidden_dim)] {
-            if k as usize % QK != 0 {
+            if !(k as usize).is_multiple_of(QK) {
                 return Err(MlError::shape(format!(
                     "{name} {k} is not a multiple of {QK}: every matrix's K must be whole quantization blocks"
                 )));
@@ -335,7 +335,7 @@ impl Layout {
                 bytes.len() - layout.file_bytes
             )));
         }
-        if bytes.as_ptr() as usize % ALIGN != 0 {
+        if !(bytes.as_ptr() as usize).is_multiple_of(ALIGN) {
             return Err(MlError::format("model bytes do not start 64-byte aligned".to_string()));
         }
         let mut prev_end = HEADER_BYTES;
@@ -344,7 +344,7 @@ impl Layout {
                 if len == 0 {
                     continue;
                 }
-                if off % ALIGN != 0 {
+                if !off.is_multiple_of(ALIGN) {
                     return Err(MlError::format(format!(
                         "tensor {} {what} at offset {off} is not 64-byte aligned",
                         t.name
