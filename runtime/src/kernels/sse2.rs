@@ -536,8 +536,25 @@ unsafe fn silu_mul_sse2(g: *mut f32, u: *const f32, n: usize) {
 /// y += x
 pub fn add(y: &mut [f32], x: &[f32]) {
     let n = y.len().min(x.len());
+    // Feature `asm`: the hand-written kernels/sse2/add.S instead (spec §3, ASM=1).
+    #[cfg(all(feature = "asm", target_arch = "x86_64"))]
+    // SAFETY: ml_k_add_sse2 reads n floats from x and reads and writes n
+    // floats of y, both of which hold n elements; SSE2 is baseline x86-64.
+    return unsafe { ml_k_add_sse2(y.as_mut_ptr(), x.as_ptr(), n) };
+    #[cfg(not(all(feature = "asm", target_arch = "x86_64")))]
     // SAFETY: SSE2 verified by the guard; both slices hold n elements.
-    unsafe { axpy(y.as_mut_ptr(), None, x.as_ptr(), n) }
+    unsafe {
+        axpy(y.as_mut_ptr(), None, x.as_ptr(), n)
+    }
+}
+
+#[cfg(all(feature = "asm", target_arch = "x86_64"))]
+core::arch::global_asm!(include_str!("sse2/add.S"), options(att_syntax));
+
+#[cfg(all(feature = "asm", target_arch = "x86_64"))]
+extern "C" {
+    /// kernels/sse2/add.S: y[i] += x[i] for i < n (System V x86-64).
+    fn ml_k_add_sse2(y: *mut f32, x: *const f32, n: usize);
 }
 
 /// y += a · x
