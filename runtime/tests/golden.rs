@@ -145,6 +145,7 @@ fn golden_q4_0() {
 /// data itself: top-1 minus top-2 must exceed the tolerance's reach.
 #[test]
 fn golden_choices_are_not_near_ties() {
+    legacy_ml::core::isa::guard();
     for (name, cfg) in [
         (
             "q8_0",
