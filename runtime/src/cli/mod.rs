@@ -28,6 +28,8 @@ pub enum Command {
     Gen(gen::GenArgs),
     /// Generate tokens from a prompt and stream them (text with -z, else ids).
     Run(run::RunArgs),
+    /// Chat with an instruct model: user turns from stdin, one per line; replies streamed.
+    Chat(run::ChatArgs),
     /// Print, as JSON, the logits and greedy token of each step (for the harness).
     Logits(logits::LogitsArgs),
     /// Print the token ids of a text.
@@ -42,10 +44,10 @@ pub enum Command {
 
 #[derive(clap::Args)]
 pub struct TokenizeArgs {
-    /// llama2.c tokenizer.bin
+    /// Tokenizer: llama2.c tokenizer.bin, or a byte-level BPE .tok (tools/convert.py --tokenizer-out).
     #[arg(short = 'z', long)]
     tokenizer: PathBuf,
-    /// Do not prepend the BOS token (id 1).
+    /// Do not prepend BOS (llama2.c: id 1; a .tok prepends its BOS only if its flags ask for it).
     #[arg(long)]
     no_bos: bool,
     /// The text to encode.
@@ -56,6 +58,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Gen(a) => gen::run(a),
         Command::Run(a) => run::run(a),
+        Command::Chat(a) => run::chat(a),
         Command::Logits(a) => logits::run(a),
         Command::Tokenize(a) => tokenize(a),
         Command::Info(a) => info::run(a),
@@ -66,7 +69,7 @@ pub fn run(cli: Cli) -> Result<()> {
 
 fn tokenize(a: TokenizeArgs) -> Result<()> {
     let tok = legacy_ml::model::tokenizer::Tokenizer::open(&a.tokenizer)?;
-    let ids = tok.encode(&a.text, !a.no_bos, false);
+    let ids = tok.encode(&a.text, !a.no_bos && tok.add_bos(), tok.add_eos());
     println!("{}", join_ids(&ids));
     Ok(())
 }

@@ -3,8 +3,8 @@ use legacy_ml::model::sampler::Sampler;
 use legacy_ml::model::tokenizer::Tokenizer;
 use legacy_ml::model::transformer::Transformer;
 use legacy_ml::model::Model;
-use legacy_ml::Result;
-use std::io::Write;
+use legacy_ml::{MlError, Result};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use std::time::Instant;
 pub struct RunArgs {
     /// The .mlb model.
     model: PathBuf,
-    /// llama2.c tokenizer.bin: enables text prompts and text output.
+    /// Tokenizer (llama2.c tokenizer.bin or a .tok): enables text prompts and text output.
     #[arg(short = 'z', long)]
     tokenizer: Option<PathBuf>,
     /// Prompt text (needs -z).
@@ -43,7 +43,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let model = Model::open(&a.model)?;
     let tokenizer = a.tokenizer.as_deref().map(Tokenizer::open).transpose()?;
     let prompt = match (&a.input, &a.tokens, &tokenizer) {
-        (Some(text), _, Some(tok)) => tok.encode(text, true, false),
+        (Some(text), _, Some(tok)) => tok.encode(text, tok.add_bos(), false),
         (_, Some(ids), _) => ids.0.clone(),
         // BOS: let the model start from nothing.
         _ => vec![1],
@@ -96,7 +96,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         match &tokenizer {
             Some(tok) => {
-                if next == tok.bos() || next == tok.eos() {
+                if next == tok.bos() || tok.is_end_of_turn(next) {
                     break;
                 }
                 out.write_all(tok.decode_piece(prev, next)).map_err(stdout_error)?;
@@ -133,4 +133,207 @@ fn clock_seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+/// `ml chat`: a conversation on stdin, one user turn per line.
+#[derive(clap::Args)]
+pub struct ChatArgs {
+    /// The .mlb model (an instruct model, e.g. SmolLM2-135M-Instruct).
+    model: PathBuf,
+    /// The .tok tokenizer; its chat template must be ChatML.
+    #[arg(short = 'z', long)]
+    tokenizer: PathBuf,
+    /// System message (default: the one the chat template inserts, if any; "" for none).
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens per reply.
+    #[arg(short = 'n', long, default_value_t = 512)]
+    steps: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(short = 't', long = "temp", default_value_t = 1.0)]
+    temperature: f32,
+    /// Nucleus sampling mass; 1 disables it.
+    #[arg(short = 'p', long, default_value_t = 0.9)]
+    top_p: f32,
+    /// RNG seed; the same seed, model and input give the same replies (default: from the clock).
+    #[arg(short = 's', long)]
+    seed: Option<u64>,
+    /// Positions the conversation may use (default and most: the model's max_seq).
+    #[arg(long)]
+    ctx: Option<usize>,
+    /// After each reply, print its speed and the context used to stderr.
+    #[arg(long)]
+    stats: bool,
+    #[command(flatten)]
+    threads: super::ThreadsArg,
+}
+
+/// Why a reply stopped.
+#[derive(PartialEq)]
+enum ReplyEnd {
+    EndOfTurn,
+    Limit,
+    Interrupted,
+    ContextFull,
+}
+
+/// Each stdin line is a user turn: it is wrapped in the ChatML template,
+/// only the tokens the model has not seen yet are fed (the KV cache keeps
+/// the conversation), and the reply is streamed until an end-of-turn token.
+/// A turn that does not fit in the context, or a reply that reaches its end,
+/// stops the chat with a Shape error (exit 5) saying so. End of input ends
+/// the chat (exit 0); Ctrl-C stops a reply, or, while waiting for input,
+/// ends the chat.
+pub fn chat(a: ChatArgs) -> Result<()> {
+    let model = Model::open(&a.model)?;
+    let tok = Tokenizer::open(&a.tokenizer)?;
+    let shown = a.tokenizer.display();
+    let chat = tok
+        .chat()
+        .map_err(|e| MlError::new(e.kind, format!("{shown}: {}", e.message)))?;
+    let vocab = model.header().vocab as usize;
+    if tok.vocab_size() > vocab {
+        return Err(MlError::shape(format!(
+            "{shown} has {} tokens but the model's vocabulary is {vocab}: they do not belong together",
+            tok.vocab_size()
+        )));
+    }
+    let mut tf = Transformer::with_threads(&model, a.threads.count())?;
+    let max_seq = tf.header().max_seq as usize;
+    let ctx = match a.ctx {
+        Some(0) => return Err(MlError::shape("--ctx 0 leaves no room for a conversation")),
+        Some(c) if c > max_seq => {
+            eprintln!("note: --ctx {c} is more than the model's max_seq; using {max_seq}");
+            max_seq
+        }
+        Some(c) => c,
+        None => max_seq,
+    };
+    let seed = a.seed.unwrap_or_else(clock_seed);
+    let mut sampler = Sampler::new(vocab, a.temperature, a.top_p, seed);
+    if !sampler.is_greedy() && a.seed.is_none() {
+        eprintln!("seed: {seed}");
+    }
+    let system = match a.system {
+        Some(s) if s.is_empty() => None,
+        Some(s) => Some(s),
+        None => chat.default_system().map(str::to_string),
+    };
+    // Tokens of the conversation the model has not processed yet.
+    let mut pending = system.map_or_else(Vec::new, |s| chat.turn(&tok, "system", &s));
+
+    // Ctrl-C during a reply stops it; while waiting for input it ends the chat.
+    let generating = Arc::new(AtomicBool::new(false));
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let (g, i) = (Arc::clone(&generating), Arc::clone(&interrupted));
+    let handler = move || {
+        if g.load(Ordering::SeqCst) {
+            i.store(true, Ordering::SeqCst);
+        } else {
+            eprintln!();
+            std::process::exit(0);
+        }
+    };
+    if ctrlc::set_handler(handler).is_err() {
+        eprintln!("note: cannot install a Ctrl-C handler; Ctrl-C will end the process abruptly");
+    }
+
+    let stdin = std::io::stdin();
+    let interactive = stdin.is_terminal();
+    let mut input = stdin.lock();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut pos = 0usize;
+    let mut line = String::new();
+    loop {
+        if interactive {
+            write!(out, "> ").map_err(stdout_error)?;
+            out.flush().map_err(stdout_error)?;
+        }
+        line.clear();
+        let read = input
+            .read_line(&mut line)
+            .map_err(|e| MlError::io(format!("cannot read stdin: {e}")))?;
+        if read == 0 {
+            break;
+        }
+        let text = line.trim_end_matches(['\n', '\r']);
+        if text.trim().is_empty() {
+            continue;
+        }
+        let mut feed = std::mem::take(&mut pending);
+        feed.extend(chat.turn(&tok, "user", text));
+        feed.extend(chat.open_turn(&tok, "assistant"));
+        // The turn and at least one reply token must fit.
+        if pos + feed.len() >= ctx {
+            return Err(MlError::shape(format!(
+                "context full: {pos} of {ctx} positions used; this turn needs {} more and a reply at least one; \
+                 start a new chat",
+                feed.len()
+            )));
+        }
+
+        generating.store(true, Ordering::SeqCst);
+        interrupted.store(false, Ordering::SeqCst);
+        let start = Instant::now();
+        let mut next = 0;
+        for (k, &t) in feed.iter().enumerate() {
+            let logits = tf.forward(t, pos + k)?;
+            if k + 1 == feed.len() {
+                next = sampler.sample(logits);
+            }
+        }
+        pos += feed.len();
+        let prompt_time = start.elapsed();
+        let decode_start = Instant::now();
+        let mut generated = 0;
+        let mut prev = *feed.last().unwrap_or(&0);
+        let end = loop {
+            if chat.ends_turn(&tok, next) {
+                break ReplyEnd::EndOfTurn;
+            }
+            if generated == a.steps {
+                break ReplyEnd::Limit;
+            }
+            if interrupted.load(Ordering::SeqCst) {
+                break ReplyEnd::Interrupted;
+            }
+            out.write_all(tok.decode_piece(prev, next)).map_err(stdout_error)?;
+            out.flush().map_err(stdout_error)?;
+            generated += 1;
+            if pos == ctx {
+                break ReplyEnd::ContextFull;
+            }
+            let logits = tf.forward(next, pos)?;
+            pos += 1;
+            prev = next;
+            next = sampler.sample(logits);
+        };
+        generating.store(false, Ordering::SeqCst);
+        writeln!(out).map_err(stdout_error)?;
+        out.flush().map_err(stdout_error)?;
+        if a.stats {
+            let secs = decode_start.elapsed().as_secs_f64();
+            eprintln!(
+                "turn: {} tokens in {:.1} ms; reply: {generated} tokens in {:.1} ms ({:.1} tok/s); context: {pos} of {ctx}",
+                feed.len(),
+                prompt_time.as_secs_f64() * 1e3,
+                secs * 1e3,
+                if secs > 0.0 { generated as f64 / secs } else { 0.0 }
+            );
+        }
+        match end {
+            ReplyEnd::EndOfTurn => {}
+            ReplyEnd::Limit => eprintln!("note: the reply reached -n {} tokens and was cut off", a.steps),
+            ReplyEnd::Interrupted => eprintln!("interrupted"),
+            ReplyEnd::ContextFull => {
+                return Err(MlError::shape(format!(
+                    "context full: {pos} of {ctx} positions used; the reply was cut off; start a new chat"
+                )))
+            }
+        }
+        // The history closes the turn as ChatML does, whatever ended it.
+        pending = chat.close_turn(&tok);
+    }
+    Ok(())
 }

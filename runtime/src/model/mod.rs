@@ -1,5 +1,6 @@
 //! The model layer: the .mlb file, the forward pass, sampling and tokenizing.
 
+pub mod bpe;
 pub mod format;
 pub mod gen;
 pub mod sampler;

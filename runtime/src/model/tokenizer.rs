@@ -1,11 +1,20 @@
-//! llama2.c's byte-level BPE tokenizer, read from its `tokenizer.bin`.
+//! Tokenizers: llama2.c's `tokenizer.bin` (the default) and the byte-level
+//! BPE `.tok` files (GPT-2 style, e.g. SmolLM2; see [`bpe`]). [`Tokenizer`]
+//! holds either, chosen by the file's first bytes: `"MLTK"` is a `.tok`,
+//! anything else is read as a `tokenizer.bin`. Its methods behave for a
+//! `tokenizer.bin` exactly as they did before `.tok` existed.
 //!
-//! The file is little-endian: an `i32 max_token_length`, then one record per
-//! token until the end of the file: `f32 score`, `i32 len`, `len` bytes of
-//! the piece. The vocabulary size is not stored; it is the record count.
-//! Ids 1 and 2 are BOS and EOS; ids 3..=258 are the byte pieces `<0x00>`..`<0xFF>`.
+//! llama2.c's file is little-endian: an `i32 max_token_length`, then one
+//! record per token until the end of the file: `f32 score`, `i32 len`, `len`
+//! bytes of the piece. The vocabulary size is not stored; it is the record
+//! count. Ids 1 and 2 are BOS and EOS; ids 3..=258 are the byte pieces
+//! `<0x00>`..`<0xFF>`.
+//!
+//! A chat needs a `.tok` whose chat template is ChatML: see [`ChatMl`].
+
 
 use crate::core::error::{MlError, Result};
+use super::bpe::{self, Bpe};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -32,7 +41,8 @@ static BYTE_VALUES: [u8; 256] = {
     table
 };
 
-pub struct Tokenizer {
+/// llama2.c's tokenizer.
+struct Llama2c {
     /// All pieces back to back; piece `i` is `bytes[starts[i]..starts[i + 1]]`.
     bytes: Vec<u8>,
     starts: Vec<usize>,
@@ -65,17 +75,10 @@ fn byte_piece(piece: &[u8]) -> Option<u8> {
     }
 }
 
-impl Tokenizer {
-    /// Reads and validates a llama2.c `tokenizer.bin`.
-    pub fn open(path: &Path) -> Result<Tokenizer> {
-        let shown = path.display();
-        let bytes = std::fs::read(path).map_err(|e| MlError::io(format!("cannot read {shown}: {e}")))?;
-        Tokenizer::from_bytes(&bytes).map_err(|e| MlError::new(e.kind, format!("{shown}: {}", e.message)))
-    }
-
+impl Llama2c {
     /// Parses a `tokenizer.bin` image. Every length is checked before it is
     /// used, so any byte string gives either a tokenizer or a Format error.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Tokenizer> {
+    fn from_bytes(bytes: &[u8]) -> Result<Llama2c> {
         if bytes.len() < 4 {
             return Err(MlError::format(format!(
                 "tokenizer file is {} bytes, too short for the 4-byte max_token_length header",
@@ -135,7 +138,7 @@ impl Tokenizer {
                 scores.len()
             )));
         }
-        Ok(Tokenizer {
+        Ok(Llama2c {
             bytes: pieces,
             starts,
             scores,
@@ -144,15 +147,15 @@ impl Tokenizer {
         })
     }
 
-    pub fn vocab_size(&self) -> usize {
+    fn vocab_size(&self) -> usize {
         self.scores.len()
     }
 
-    pub fn bos(&self) -> u32 {
+    fn bos(&self) -> u32 {
         BOS
     }
 
-    pub fn eos(&self) -> u32 {
+    fn eos(&self) -> u32 {
         EOS
     }
 
@@ -207,7 +210,7 @@ impl Tokenizer {
     /// vocabulary: BOS takes no part in merges (no real piece starts with its
     /// text), and a missing " " piece falls back to its byte like any other
     /// character instead of pushing id -1.
-    pub fn encode(&self, text: &str, bos: bool, eos: bool) -> Vec<u32> {
+    fn encode(&self, text: &str, bos: bool, eos: bool) -> Vec<u32> {
         let mut tokens = Vec::with_capacity(text.len() + 1);
         if !text.is_empty() {
             self.push_char(' ', &mut tokens);
@@ -226,7 +229,11 @@ impl Tokenizer {
             for (i, pair) in pairs.iter().enumerate() {
                 if let Some((score, id)) = *pair {
                     // Strictly greater: the leftmost of equal scores wins.
-                    if best.map_or(true, |(_, s, _)| score > s) {
+                    let better = match best {
+                        None => true,
+                        Some((_, s, _)) => score > s,
+                    };
+                    if better {
                         best = Some((i, score, id));
                     }
                 }
@@ -259,7 +266,7 @@ impl Tokenizer {
     /// form "<0xNN>" to the single raw byte NN. Out-of-range ids give an
     /// empty slice. BOS and EOS give their pieces as stored (llama2.c's
     /// exporter writes "\n<s>\n" and "\n</s>\n").
-    pub fn decode_piece(&self, prev: u32, token: u32) -> &[u8] {
+    fn decode_piece(&self, prev: u32, token: u32) -> &[u8] {
         if token as usize >= self.vocab_size() {
             return &[];
         }
@@ -278,7 +285,7 @@ impl Tokenizer {
     /// `prev = tokens[i - 1]`, the first with `prev = 0`. BOS and EOS are
     /// markers, not text, and add no bytes, but BOS still strips the leading
     /// space of the token after it, so `decode(&encode(s, true, _)) == s`.
-    pub fn decode(&self, tokens: &[u32]) -> Vec<u8> {
+    fn decode(&self, tokens: &[u32]) -> Vec<u8> {
         let mut out = Vec::new();
         let mut prev = 0;
         for &token in tokens {
@@ -289,4 +296,282 @@ impl Tokenizer {
         }
         out
     }
+}
+
+/// Which kind of file a [`Tokenizer`] was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// llama2.c's `tokenizer.bin` (SentencePiece-style pieces and scores).
+    Llama2c,
+    /// A `.tok` byte-level BPE (GPT-2 style).
+    Bpe,
+}
+
+enum Inner {
+    Llama2c(Llama2c),
+    Bpe(Box<Bpe>),
+}
+
+/// A tokenizer of either kind; see the module documentation.
+pub struct Tokenizer {
+    inner: Inner,
+    /// Ids that end an assistant turn (see [`Tokenizer::is_end_of_turn`]).
+    end_of_turn: Vec<u32>,
+}
+
+impl Tokenizer {
+    /// Reads and validates a tokenizer file of either kind.
+    pub fn open(path: &Path) -> Result<Tokenizer> {
+        let shown = path.display();
+        let bytes = std::fs::read(path).map_err(|e| MlError::io(format!("cannot read {shown}: {e}")))?;
+        Tokenizer::from_bytes(&bytes).map_err(|e| MlError::new(e.kind, format!("{shown}: {}", e.message)))
+    }
+
+    /// Parses a tokenizer image: a `.tok` if it starts with `"MLTK"`, else a
+    /// llama2.c `tokenizer.bin` (whose first word would then be a
+    /// max_token_length of 1 263 815 757). Every length is checked before it
+    /// is used, so any byte string gives either a tokenizer or a Format error.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Tokenizer> {
+        if bytes.starts_with(&bpe::MAGIC) {
+            let b = Bpe::from_bytes(bytes)?;
+            let mut end_of_turn: Vec<u32> = b.eos_id().into_iter().collect();
+            for s in ["<|im_end|>", "<|endoftext|>"] {
+                if let Some(id) = b.special_id(s) {
+                    if !end_of_turn.contains(&id) {
+                        end_of_turn.push(id);
+                    }
+                }
+            }
+            return Ok(Tokenizer {
+                inner: Inner::Bpe(Box::new(b)),
+                end_of_turn,
+            });
+        }
+        Ok(Tokenizer {
+            inner: Inner::Llama2c(Llama2c::from_bytes(bytes)?),
+            end_of_turn: vec![EOS],
+        })
+    }
+
+    pub fn kind(&self) -> TokenizerKind {
+        match self.inner {
+            Inner::Llama2c(_) => TokenizerKind::Llama2c,
+            Inner::Bpe(_) => TokenizerKind::Bpe,
+        }
+    }
+
+    /// The byte-level BPE inside, for a `.tok`.
+    pub fn as_bpe(&self) -> Option<&Bpe> {
+        match &self.inner {
+            Inner::Bpe(b) => Some(b),
+            Inner::Llama2c(_) => None,
+        }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        match &self.inner {
+            Inner::Llama2c(t) => t.vocab_size(),
+            Inner::Bpe(b) => b.vocab_size(),
+        }
+    }
+
+    /// The BOS id: 1 for llama2.c; a `.tok`'s bos_id (`u32::MAX` if it has
+    /// none, an id no model has).
+    pub fn bos(&self) -> u32 {
+        match &self.inner {
+            Inner::Llama2c(t) => t.bos(),
+            Inner::Bpe(b) => b.bos_id().unwrap_or(bpe::NONE),
+        }
+    }
+
+    /// The EOS id: 2 for llama2.c; a `.tok`'s eos_id (its end-of-turn token,
+    /// `<|im_end|>` for SmolLM2-Instruct; `u32::MAX` if none).
+    pub fn eos(&self) -> u32 {
+        match &self.inner {
+            Inner::Llama2c(t) => t.eos(),
+            Inner::Bpe(b) => b.eos_id().unwrap_or(bpe::NONE),
+        }
+    }
+
+    /// Whether a prompt should start with BOS: always for llama2.c; as the
+    /// `.tok` flags say otherwise (not for SmolLM2).
+    pub fn add_bos(&self) -> bool {
+        match &self.inner {
+            Inner::Llama2c(_) => true,
+            Inner::Bpe(b) => b.add_bos(),
+        }
+    }
+
+    /// Whether an encoding should end with EOS by default (the `.tok` flags;
+    /// never for llama2.c).
+    pub fn add_eos(&self) -> bool {
+        match &self.inner {
+            Inner::Llama2c(_) => false,
+            Inner::Bpe(b) => b.add_eos(),
+        }
+    }
+
+    /// Whether generating `id` ends the model's turn: EOS for llama2.c; for a
+    /// `.tok`, its eos_id and the special tokens `<|im_end|>` and
+    /// `<|endoftext|>`.
+    pub fn is_end_of_turn(&self, id: u32) -> bool {
+        self.end_of_turn.contains(&id)
+    }
+
+    /// The id of a special token given by its text (`"<|im_start|>"`). Only
+    /// `.tok` files have named special tokens; llama2.c's gives `None`.
+    pub fn special_id(&self, text: &str) -> Option<u32> {
+        self.as_bpe().and_then(|b| b.special_id(text))
+    }
+
+    /// The chat template the file carries (GGUF's Jinja source), if any.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.as_bpe().map(|b| b.chat_template()).filter(|t| !t.is_empty())
+    }
+
+    /// The chat format, for a `.tok` whose template is ChatML. Jinja is not
+    /// interpreted: a template that mentions `<|im_start|>` is taken to be
+    /// ChatML; any other is refused with a Format error.
+    pub fn chat(&self) -> Result<ChatMl> {
+        let Some(b) = self.as_bpe() else {
+            return Err(MlError::format(
+                "chat needs a .tok tokenizer with a chat template; a llama2.c tokenizer.bin has none",
+            ));
+        };
+        let template = b.chat_template();
+        if template.is_empty() {
+            return Err(MlError::format(
+                "the tokenizer has no chat template, so chat cannot format turns",
+            ));
+        }
+        if !template.contains(IM_START) {
+            return Err(MlError::format(format!(
+                "the tokenizer's chat template is not ChatML (it never mentions {IM_START}); only ChatML is \
+                 supported, Jinja is not interpreted"
+            )));
+        }
+        let need = |s: &str| {
+            b.special_id(s).ok_or_else(|| {
+                MlError::format(format!(
+                    "the chat template is ChatML but {s} is not one of the tokenizer's special tokens"
+                ))
+            })
+        };
+        Ok(ChatMl {
+            im_start: need(IM_START)?,
+            im_end: need(IM_END)?,
+            default_system: default_system(template),
+        })
+    }
+
+    /// Encodes `text`, with BOS / EOS if asked (and, for a `.tok`, if it has
+    /// them). A `.tok` matches its special tokens in the text as single ids.
+    pub fn encode(&self, text: &str, bos: bool, eos: bool) -> Vec<u32> {
+        match &self.inner {
+            Inner::Llama2c(t) => t.encode(text, bos, eos),
+            Inner::Bpe(b) => b.encode(text, bos, eos),
+        }
+    }
+
+    /// Encodes `text` as plain text: no BOS / EOS, and for a `.tok` no
+    /// special-token matching (`"<|im_end|>"` in user text stays text).
+    pub fn encode_ordinary(&self, text: &str) -> Vec<u32> {
+        match &self.inner {
+            Inner::Llama2c(t) => t.encode(text, false, false),
+            Inner::Bpe(b) => b.encode_ordinary(text),
+        }
+    }
+
+    /// The bytes to print for `token` following `prev`. llama2.c: strips the
+    /// leading space of a piece that follows BOS (prev == 1), and maps pieces
+    /// of the form "<0xNN>" to the single raw byte NN; BOS and EOS give their
+    /// pieces as stored (llama2.c's exporter writes "\n<s>\n" and "\n</s>\n").
+    /// `.tok`: the token's bytes (`prev` is unused; special tokens give their
+    /// text; a character may span tokens, so a piece need not be UTF-8).
+    /// Out-of-range ids give an empty slice.
+    pub fn decode_piece(&self, prev: u32, token: u32) -> &[u8] {
+        match &self.inner {
+            Inner::Llama2c(t) => t.decode_piece(prev, token),
+            Inner::Bpe(b) => b.token_bytes(token),
+        }
+    }
+
+    /// The text of a whole sequence. llama2.c: token `i` is decoded with
+    /// `prev = tokens[i - 1]`, the first with `prev = 0`; BOS and EOS are
+    /// markers, not text, and add no bytes, but BOS still strips the leading
+    /// space of the token after it, so `decode(&encode(s, true, _)) == s`.
+    /// `.tok`: every token's bytes, special tokens as their text, so
+    /// `decode(&encode(s, false, false)) == s`.
+    pub fn decode(&self, tokens: &[u32]) -> Vec<u8> {
+        match &self.inner {
+            Inner::Llama2c(t) => t.decode(tokens),
+            Inner::Bpe(b) => b.decode(tokens),
+        }
+    }
+}
+
+const IM_START: &str = "<|im_start|>";
+const IM_END: &str = "<|im_end|>";
+
+/// ChatML, the conversation format of SmolLM2-Instruct (and Qwen, …): each
+/// turn is `<|im_start|>{role}\n{content}<|im_end|>\n`, and the model is asked
+/// to answer with `<|im_start|>assistant\n`. The ids are those of encoding the
+/// rendered text, except that roles and contents are encoded as plain text,
+/// so a user cannot forge a turn by typing `<|im_end|>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMl {
+    pub im_start: u32,
+    pub im_end: u32,
+    default_system: Option<String>,
+}
+
+impl ChatMl {
+    /// The system message the template inserts when a conversation does not
+    /// start with one (SmolLM2: "You are a helpful AI assistant named SmolLM,
+    /// trained by Hugging Face"), if the template holds it literally.
+    pub fn default_system(&self) -> Option<&str> {
+        self.default_system.as_deref()
+    }
+
+    /// `<|im_start|>{role}\n{content}<|im_end|>\n`.
+    pub fn turn(&self, tok: &Tokenizer, role: &str, content: &str) -> Vec<u32> {
+        let mut ids = vec![self.im_start];
+        ids.extend(tok.encode_ordinary(&format!("{role}\n{content}")));
+        ids.extend(self.close_turn(tok));
+        ids
+    }
+
+    /// `<|im_start|>{role}\n`: with "assistant", the generation prompt.
+    pub fn open_turn(&self, tok: &Tokenizer, role: &str) -> Vec<u32> {
+        let mut ids = vec![self.im_start];
+        ids.extend(tok.encode_ordinary(&format!("{role}\n")));
+        ids
+    }
+
+    /// `<|im_end|>\n`: what follows a turn's content.
+    pub fn close_turn(&self, tok: &Tokenizer) -> Vec<u32> {
+        let mut ids = vec![self.im_end];
+        ids.extend(tok.encode_ordinary("\n"));
+        ids
+    }
+
+    /// Whether a generated id ends the assistant's turn: the tokenizer's
+    /// end-of-turn tokens, and `<|im_start|>` (the model opening a new turn
+    /// without closing its own).
+    pub fn ends_turn(&self, tok: &Tokenizer, id: u32) -> bool {
+        id == self.im_start || id == self.im_end || tok.is_end_of_turn(id)
+    }
+}
+
+/// The literal default system message of a ChatML template: the text after
+/// `<|im_start|>system` and a newline (real, or the two characters `\n` of
+/// a Jinja string) up to `<|im_end|>`, if it holds no template syntax.
+fn default_system(template: &str) -> Option<String> {
+    let head = format!("{IM_START}system");
+    let at = template.find(&head)? + head.len();
+    let rest = &template[at..];
+    let rest = rest.strip_prefix('\n').or_else(|| rest.strip_prefix("\\n"))?;
+    let text = &rest[..rest.find(IM_END)?];
+    let literal = !text.is_empty() && !text.contains(['{', '}', '\'', '"', '\\', '\n']);
+    literal.then(|| text.to_string())
 }
