@@ -16,7 +16,14 @@
 //!   terms, Σ|a·b| or |y|+|a·x|; outputs below 1e-30 (f32 subnormals, where
 //!   relative precision does not exist) get that as an absolute allowance.
 //! * The SIMD exp behind softmax and silu_mul: 1e-6 relative to f64 exp on
-//!   [-88, 88] (spec §5).
+//!   [-88, 88] (spec §5). ARMv7 NEON flushes subnormals to zero in hardware,
+//!   so there the bound holds where e^x is a normal float (x ≥ −87.33) and
+//!   below that the result must be within f32::MIN_POSITIVE (absolute).
+//! * ARM tiers: matvec and quantize_q8 bit-identical to scalar (they do the
+//!   scalar kernel's float operations in its order); on AArch64 add,
+//!   axpy_f32 and rope too. SVE at whatever vector length the CPU runs
+//!   (`ML_EXPECT_SVE_BITS` makes the test assert it), with block counts
+//!   around multiples of the blocks one vector holds.
 //!
 //! In the scalar build these compare the scalar kernels with themselves,
 //! which passes trivially. Every test calls the CPU guard first, so a build
@@ -28,7 +35,17 @@ use legacy_ml::core::rng::Rng;
 use legacy_ml::core::tensor::{QAct, QTensor, WType};
 use legacy_ml::kernels::{self, scalar};
 
-const X86_TIERS: [&str; 5] = ["sse2", "sse41", "avx2", "avxvnni", "avx512vnni"];
+const TIERS: [&str; 9] = [
+    "scalar",
+    "sse2",
+    "sse41",
+    "avx2",
+    "avxvnni",
+    "avx512vnni",
+    "neon",
+    "neon-dotprod",
+    "sve",
+];
 
 // ---------------------------------------------------------------------------
 // Inputs
@@ -201,6 +218,12 @@ fn tier_matches_enabled_feature() {
         Some("sse41")
     } else if cfg!(feature = "isa-sse2") {
         Some("sse2")
+    } else if cfg!(feature = "isa-sve") {
+        Some("sve")
+    } else if cfg!(feature = "isa-neon-dotprod") {
+        Some("neon-dotprod")
+    } else if cfg!(feature = "isa-neon") {
+        Some("neon")
     } else {
         None
     };
@@ -209,15 +232,8 @@ fn tier_matches_enabled_feature() {
         kernels::TIER,
         kernels::REQUIRED_FEATURES
     );
-    match expected {
-        Some(tier) => assert_eq!(kernels::TIER, tier),
-        // No x86 feature: scalar, or another architecture's tier.
-        None => assert!(
-            !X86_TIERS.contains(&kernels::TIER),
-            "{} without its feature",
-            kernels::TIER
-        ),
-    }
+    assert!(TIERS.contains(&kernels::TIER), "unknown tier {}", kernels::TIER);
+    assert_eq!(kernels::TIER, expected.unwrap_or("scalar"));
     assert_eq!(isa::build_tier(), kernels::TIER);
 }
 
@@ -231,6 +247,10 @@ fn required_features_fit_the_tier() {
         "avx2" => Some("avx2"),
         "avxvnni" => Some("avx_vnni"),
         "avx512vnni" => Some("avx512_vnni"),
+        "neon" if cfg!(target_arch = "arm") => Some("neon"),
+        "neon" => Some("asimd"),
+        "neon-dotprod" => Some("asimddp"),
+        "sve" => Some("sve"),
         "scalar" => {
             assert!(req.is_empty(), "scalar needs nothing, not {req:?}");
             None
@@ -239,6 +259,10 @@ fn required_features_fit_the_tier() {
     };
     if let Some(key) = key {
         assert!(req.contains(&key), "{} must require {key}: {req:?}", kernels::TIER);
+    }
+    if kernels::TIER == "sve" {
+        // SVE does not imply dotprod (A64FX): this tier must not use it.
+        assert!(!req.contains(&"asimddp"), "sve must not require asimddp: {req:?}");
     }
     if kernels::TIER == "avx512vnni" {
         // AVX-512 VNNI does not imply AVX-VNNI (Zen 4): this tier must not use it.
@@ -765,8 +789,10 @@ fn rope_matches_scalar() {
 // ---------------------------------------------------------------------------
 // The SIMD exp (spec §5: relative error ≤ 1e-6 on [-88, 88])
 
-#[cfg(any(feature = "isa-sse2", feature = "isa-avx2"))]
-fn check_exp(tier: &str, exp_in_place: fn(&mut [f32])) {
+/// `flushes`: the kernels' arithmetic flushes subnormals (ARMv7 NEON), so
+/// results below f32::MIN_POSITIVE are held to that absolutely instead.
+#[cfg(any(feature = "isa-sse2", feature = "isa-neon"))]
+fn check_exp(tier: &str, exp_in_place: fn(&mut [f32]), flushes: bool) {
     const N: usize = 1 << 20;
     let mut x: Vec<f32> = (0..=N).map(|i| -88.0 + 176.0 * i as f32 / N as f32).collect();
     // The range ends, where results turn subnormal, the range reduction's
@@ -792,6 +818,14 @@ fn check_exp(tier: &str, exp_in_place: fn(&mut [f32])) {
     let mut worst = (0.0f64, 0.0f32);
     for (&xi, &yi) in x.iter().zip(&y) {
         let exact = (xi as f64).exp();
+        if flushes && exact < f32::MIN_POSITIVE as f64 {
+            let err = ((yi as f64) - exact).abs();
+            assert!(
+                err <= f32::MIN_POSITIVE as f64,
+                "{tier} exp({xi}) = {yi:e}, not within MIN_POSITIVE of {exact:e}"
+            );
+            continue;
+        }
         let rel = ((yi as f64) - exact).abs() / exact;
         if rel > worst.0 {
             worst = (rel, xi);
@@ -818,12 +852,132 @@ fn check_exp(tier: &str, exp_in_place: fn(&mut [f32])) {
 #[test]
 fn sse2_exp_accuracy() {
     isa::guard();
-    check_exp("sse2", kernels::sse2::exp_in_place);
+    check_exp("sse2", kernels::sse2::exp_in_place, false);
 }
 
 #[cfg(all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")))]
 #[test]
 fn avx2_exp_accuracy() {
     isa::guard();
-    check_exp("avx2", kernels::avx2::exp_in_place);
+    check_exp("avx2", kernels::avx2::exp_in_place, false);
+}
+
+#[cfg(all(feature = "isa-neon", target_arch = "aarch64"))]
+#[test]
+fn neon_exp_accuracy() {
+    isa::guard();
+    check_exp("neon (AArch64)", kernels::neon::exp_in_place, false);
+}
+
+#[cfg(all(feature = "isa-neon", target_arch = "arm"))]
+#[test]
+fn neon_exp_accuracy() {
+    isa::guard();
+    check_exp("neon (ARMv7)", kernels::neon::exp_in_place, true);
+}
+
+// ---------------------------------------------------------------------------
+// ARM tiers: bit-identical kernels, SVE vector lengths
+
+/// Every ARM tier's matvec does the scalar kernel's float operations in its
+/// order (SVE's fadda adds lanes strictly in order), so it is bit-identical
+/// to it, not only within 1e-5. `ks`: the columns to try.
+#[cfg(feature = "isa-neon")]
+fn check_matvec_bits(ks: &[usize], seed: u64) {
+    let mut rng = Rng::new(seed);
+    for wtype in [WType::Q8_0, WType::Q4_0] {
+        let (bound, reference) = kernels_for(wtype);
+        for &k in ks {
+            for rows in [1, 2, 3, 4, 5, 7, 8, 9] {
+                for &fill in &FILLS {
+                    let w = matrix(&mut rng, wtype, rows, k, fill, false);
+                    let x = activation(&mut rng, k, fill, false);
+                    for (r0, r1) in ranges(rows) {
+                        let mut got = vec![f32::NAN; r1 - r0];
+                        let mut want = vec![f32::NAN; r1 - r0];
+                        bound(&mut got, &w.view(), &x.view(), r0, r1);
+                        reference(&mut want, &w.view(), &x.view(), r0, r1);
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{wtype:?} K={k} rows={rows} {fill:?} [{r0}, {r1}): {got:?} vs {want:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "isa-neon")]
+#[test]
+fn arm_matvec_bit_identical_to_scalar() {
+    isa::guard();
+    check_matvec_bits(&[32, 64, 96, 160, 288, 4096], 16);
+}
+
+/// On AArch64 NEON float arithmetic is IEEE (subnormals included), so the
+/// element-wise kernels equal the scalar ones bit for bit.
+#[cfg(all(feature = "isa-neon", target_arch = "aarch64"))]
+#[test]
+fn aarch64_elementwise_bit_identical_to_scalar() {
+    isa::guard();
+    let mut rng = Rng::new(17);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for &n in &NS {
+        let y0 = floats(&mut rng, n, 5.0);
+        let x = floats(&mut rng, n, 5.0);
+        let (mut got, mut want) = (y0.clone(), y0.clone());
+        kernels::add(&mut got, &x);
+        scalar::add(&mut want, &x);
+        assert_eq!(bits(&got), bits(&want), "add n={n}");
+        let (mut got, mut want) = (y0.clone(), y0.clone());
+        kernels::axpy_f32(&mut got, -0.7, &x);
+        scalar::axpy_f32(&mut want, -0.7, &x);
+        assert_eq!(bits(&got), bits(&want), "axpy n={n}");
+    }
+    for head_dim in [2, 8, 10, 64] {
+        let pairs = head_dim / 2;
+        let cos = floats(&mut rng, pairs, 1.0);
+        let sin = floats(&mut rng, pairs, 1.0);
+        let q0 = floats(&mut rng, 3 * head_dim, 2.0);
+        let k0 = floats(&mut rng, head_dim, 2.0);
+        let (mut q1, mut k1, mut q2, mut k2) = (q0.clone(), k0.clone(), q0.clone(), k0);
+        kernels::rope(&mut q1, &mut k1, &cos, &sin, head_dim, 3, 1);
+        scalar::rope(&mut q2, &mut k2, &cos, &sin, head_dim, 3, 1);
+        assert_eq!(bits(&q1), bits(&q2), "rope q hd={head_dim}");
+        assert_eq!(bits(&k1), bits(&k2), "rope k hd={head_dim}");
+    }
+}
+
+/// The SVE matvecs at this CPU's vector length: G = VL/256 blocks (at least
+/// one) per step, so block counts around multiples of G exercise full and
+/// partial last steps. Run under `qemu-aarch64 -cpu max,sve128=on`,
+/// `max,sve-default-vector-length=256` (2048 bits) … with
+/// `ML_EXPECT_SVE_BITS` set to the length meant, so the test proves which
+/// one it ran at.
+#[cfg(all(feature = "isa-sve", target_arch = "aarch64"))]
+#[test]
+fn sve_matvec_at_this_vector_length() {
+    isa::guard();
+    // SAFETY: the guard has verified SVE.
+    let bytes = unsafe { kernels::sve::vector_bytes() };
+    println!("SVE vector length: {} bits", bytes * 8);
+    assert!(
+        (16..=256).contains(&bytes) && bytes % 16 == 0,
+        "vector length {bytes} bytes"
+    );
+    if let Ok(want) = std::env::var("ML_EXPECT_SVE_BITS") {
+        assert_eq!((bytes * 8).to_string(), want.trim(), "SVE vector length");
+    }
+    let g = (bytes / QK).max(1);
+    let mut nbs = vec![1, g, g + 1, 2 * g, 2 * g + 1, 3 * g + 2];
+    if g > 1 {
+        nbs.extend([g - 1, 2 * g - 1]);
+    }
+    nbs.sort_unstable();
+    nbs.dedup();
+    let ks: Vec<usize> = nbs.iter().map(|nb| nb * QK).collect();
+    check_matvec_bits(&ks, 18);
 }

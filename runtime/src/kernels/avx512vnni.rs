@@ -142,6 +142,10 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(_mm_hadd_epi32(v, v))
 }
 
+/// How many rows ahead matvec prefetches weights (measured with `ml bench`
+/// on SmolLM2's 49152x576 classifier: 8 and 32 were slower).
+const PREFETCH_ROWS: usize = 16;
+
 /// Rows four at a time, blocks two at a time, each activation pair loaded
 /// once for all four rows; an odd last block runs with zeros in its second
 /// half; then a row-at-a-time tail.
@@ -154,10 +158,6 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
 /// Safety: AVX-512 F/BW/VNNI, AVX2, FMA; `check_matvec` has accepted these
 /// arguments.
 #[allow(clippy::too_many_arguments)]
-/// How many rows ahead matvec prefetches weights (measured with `ml bench`
-/// on SmolLM2's 49152x576 classifier: 8 and 32 were slower).
-const PREFETCH_ROWS: usize = 16;
-
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn matvec<const Q4: bool>(
     y: *mut f32,

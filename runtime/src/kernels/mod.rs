@@ -8,8 +8,14 @@
 //! its `PROVIDES`) and re-exports the rest from the tier below it, so each
 //! module is a complete set of ten and its fallback chain reads in one place.
 //! Only the enabled tiers are compiled; the cargo features chain
-//! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`), so every
-//! module a tier re-exports from is there.
+//! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`; `isa-sve`
+//! enables `isa-neon-dotprod` enables `isa-neon`), so every module a tier
+//! re-exports from is there.
+//!
+//! Where each tier's code is: x86 `sse2.rs` … `avx512vnni.rs`; ARM
+//! `neon_a64.rs` (NEON on AArch64) and `neon_v7.rs` (NEON on ARMv7), both
+//! compiled as the module `kernels::neon` for their target, then
+//! `neon_dotprod.rs` and `sve.rs` (AArch64 only).
 
 pub mod scalar;
 
@@ -17,6 +23,18 @@ pub mod scalar;
 compile_error!(
     "the isa-sse2/sse41/avx2/avxvnni/avx512vnni features select x86 kernels, but this target is not x86; \
      build without them (scalar) or with an ISA feature for this target"
+);
+
+#[cfg(all(feature = "isa-neon", not(any(target_arch = "aarch64", target_arch = "arm"))))]
+compile_error!(
+    "the isa-neon/neon-dotprod/sve features select ARM kernels, but this target is not ARM; \
+     build without them (scalar) or with an ISA feature for this target"
+);
+
+#[cfg(all(feature = "isa-neon-dotprod", target_arch = "arm"))]
+compile_error!(
+    "isa-neon-dotprod and isa-sve are AArch64 tiers; on ARMv7 build isa-neon \
+     (with RUSTFLAGS=\"-C target-feature=+neon\")"
 );
 
 // Tier modules, lowest first. Each exists only when its feature is on.
@@ -34,6 +52,21 @@ pub mod avxvnni;
 
 #[cfg(all(feature = "isa-avx512vnni", any(target_arch = "x86", target_arch = "x86_64")))]
 pub mod avx512vnni;
+
+// NEON: one tier, one module name, the file of the target's instruction set.
+#[cfg(all(feature = "isa-neon", target_arch = "aarch64"))]
+#[path = "neon_a64.rs"]
+pub mod neon;
+
+#[cfg(all(feature = "isa-neon", target_arch = "arm"))]
+#[path = "neon_v7.rs"]
+pub mod neon;
+
+#[cfg(all(feature = "isa-neon-dotprod", target_arch = "aarch64"))]
+pub mod neon_dotprod;
+
+#[cfg(all(feature = "isa-sve", target_arch = "aarch64"))]
+pub mod sve;
 
 // The binding table: the highest enabled tier is the active one (spec §3),
 // tried from the top. No function pointers, no runtime dispatch: each name
@@ -69,9 +102,26 @@ use sse41 as active;
 ))]
 use sse2 as active;
 
-// Scalar: no tier feature, or (after the compile_error above) the wrong
+#[cfg(all(feature = "isa-sve", target_arch = "aarch64"))]
+use sve as active;
+
+#[cfg(all(feature = "isa-neon-dotprod", not(feature = "isa-sve"), target_arch = "aarch64"))]
+use neon_dotprod as active;
+
+// On ARMv7 isa-neon is the top tier (dotprod/SVE there are the compile_error
+// above, which should be the only error reported).
+#[cfg(all(
+    feature = "isa-neon",
+    any(all(target_arch = "aarch64", not(feature = "isa-neon-dotprod")), target_arch = "arm")
+))]
+use neon as active;
+
+// Scalar: no tier feature, or (after the compile_errors above) the wrong
 // architecture, so that the compile_error is the only error reported.
-#[cfg(any(not(feature = "isa-sse2"), not(any(target_arch = "x86", target_arch = "x86_64"))))]
+#[cfg(not(any(
+    all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")),
+    all(feature = "isa-neon", any(target_arch = "aarch64", target_arch = "arm"))
+)))]
 mod active {
     pub use super::scalar::{
         add, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul, softmax,
@@ -85,7 +135,7 @@ pub use active::{add, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsn
 /// The instruction-set tier this build was compiled for.
 pub const TIER: &str = active::TIER;
 
-/// CPU features (as /proc/cpuinfo names them) that the kernels bound above
+/// CPU features (as /proc/cpuinfo names them; HWCAP names on ARM) that the kernels bound above
 /// execute; `core::isa` checks them before any kernel can run.
 pub const REQUIRED_FEATURES: &[&str] = active::REQUIRED_FEATURES;
 
@@ -96,7 +146,10 @@ pub const REQUIRED_FEATURES: &[&str] = active::REQUIRED_FEATURES;
 ///
 /// Inputs the scalar kernels would panic on (by slice indexing) panic here
 /// too, before any unsafe code runs.
-#[cfg(all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")))]
+#[cfg(any(
+    all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")),
+    all(feature = "isa-neon", any(target_arch = "aarch64", target_arch = "arm"))
+))]
 pub(crate) fn check_matvec(
     y: &[f32],
     w: &crate::core::tensor::QTensor,

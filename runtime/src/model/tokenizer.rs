@@ -12,9 +12,8 @@
 //!
 //! A chat needs a `.tok` whose chat template is ChatML: see [`ChatMl`].
 
-
-use crate::core::error::{MlError, Result};
 use super::bpe::{self, Bpe};
+use crate::core::error::{MlError, Result};
 use std::collections::HashMap;
 use std::path::Path;
 

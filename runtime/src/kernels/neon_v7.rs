@@ -1,0 +1,906 @@
+//! NEON tier on ARMv7 (`kernels::neon` when the target is arm; the AArch64
+//! NEON tier is `neon_a64.rs`): Cortex-A7, A8, A9, A15 and other ARMv7-A
+//! cores with Advanced SIMD. Implements all ten kernels.
+//!
+//! Build: ARMv7's NEON intrinsics and `#[target_feature(enable = "neon")]`
+//! are unstable, so this tier needs the whole crate built with
+//! `RUSTFLAGS="-C target-feature=+neon"` (without it the assembler rejects
+//! the q-register code below: "instruction requires: NEON"). Because LLVM
+//! may then use NEON anywhere in the crate, `main` included, the guard on
+//! this target runs from an `.init_array` constructor before Rust's runtime
+//! starts (`core::isa::early`); every kernel here references it so that the
+//! linker keeps it in every binary that can reach them.
+//!
+//! Code: every vector loop is `asm!` with q/d registers (not plain Rust left
+//! to the vectoriser: LLVM does not vectorise float code for ARMv7 NEON,
+//! whose arithmetic is not IEEE-exact, so that would silently stay scalar).
+//! Loops use q0–q3 and q8–q15 (d0–d7, d16–d31), the caller-saved NEON
+//! registers, declared as clobbers.
+//!
+//! ARMv7 NEON float arithmetic always flushes subnormal inputs and results
+//! to zero and rounds to nearest, whatever FPSCR says; the scalar kernels'
+//! VFP arithmetic keeps subnormals. So:
+//! * the integer path (matvec sums, quantize_q8) is exact, and the matvec's
+//!   float part (sumi · dw · dx accumulated per row) is done in VFP scalar
+//!   code in the scalar kernel's order: matvec is bit-identical to scalar;
+//! * quantize_q8 is bit-identical: amax is an integer max over |x|'s bits,
+//!   and a block whose amax is below 2⁻¹¹⁸ (where flushing x·id could
+//!   change a quant) takes the scalar reference's path;
+//! * add, axpy_f32 and rope do the scalar kernel's operations in its order,
+//!   so they are bit-identical except where a value is subnormal (< 1.2e-38),
+//!   which NEON returns as 0;
+//! * exp (softmax, silu_mul) meets spec §5's 1e-6 wherever e^x is a normal
+//!   float (x ≥ −87.33); below that its result is flushed to 0, an absolute
+//!   error under 1.2e-38.
+
+use std::arch::asm;
+
+use crate::core::quant::{self, Q4_BLOCK_BYTES, QK};
+use crate::core::tensor::{QAct, QTensor};
+
+pub const TIER: &str = "neon";
+/// HWCAP_NEON. No VFPv4: nothing here uses vfma, so Cortex-A8/A9 qualify.
+pub const REQUIRED_FEATURES: &[&str] = &["neon"];
+/// Kernels this module implements itself (it falls back on nothing).
+pub const PROVIDES: &[&str] = &[
+    "matvec_q8",
+    "matvec_q4",
+    "quantize_q8",
+    "rmsnorm",
+    "softmax",
+    "rope",
+    "silu_mul",
+    "add",
+    "dot_f32",
+    "axpy_f32",
+];
+
+/// Keeps the `.init_array` NEON check linked into every binary that can
+/// reach a kernel of this module (an rlib object nothing references would be
+/// dropped by the linker, and its constructor with it). Costs one address.
+#[inline(always)]
+fn keep_guard() {
+    std::hint::black_box(&crate::core::isa::early::NEON_CHECK);
+}
+
+// ---------------------------------------------------------------------------
+// Integer path: matvec_q8, matvec_q4
+
+pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
+    keep_guard();
+    let nb = super::check_matvec(y, w, x, r0, r1, w.cols, QK);
+    // SAFETY: NEON is verified by the early guard; check_matvec bounded
+    // every row, block and scale the loop touches.
+    unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
+}
+
+pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
+    keep_guard();
+    let nb = super::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
+    // SAFETY: as in matvec_q8, with Q4's row stride and block size.
+    unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
+}
+
+/// Blocks whose int32 sums one call of the asm loops computes.
+const CHUNK: usize = 16;
+
+/// Rows four at a time, then a row-at-a-time tail. For each run of up to
+/// CHUNK blocks an asm loop computes the int32 block sums (for four rows it
+/// loads each activation block once), then VFP code adds `sumi · dw · dx`
+/// per row and block exactly as the scalar kernel does: bit-identical.
+///
+/// Safety: NEON; `check_matvec` has accepted these arguments.
+#[allow(clippy::too_many_arguments)]
+unsafe fn matvec<const Q4: bool>(
+    y: *mut f32,
+    wq: *const u8,
+    wd: *const f32,
+    x: &QAct,
+    nb: usize,
+    stride: usize,
+    r0: usize,
+    r1: usize,
+) {
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+    let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
+    let mut sumi = [0i32; 4 * CHUNK];
+    let mut r = r0;
+    while r + 4 <= r1 {
+        let mut acc = [0.0f32; 4];
+        let mut b0 = 0;
+        while b0 < nb {
+            let n = CHUNK.min(nb - b0);
+            let rows: [*const u8; 4] = std::array::from_fn(|j| wq.add((r + j) * stride + b0 * bb));
+            sums4::<Q4>(xq.add(b0 * QK), rows, n, sumi.as_mut_ptr());
+            for b in 0..n {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a += sumi[4 * b + j] as f32 * *wd.add((r + j) * nb + b0 + b) * *xd.add(b0 + b);
+                }
+            }
+            b0 += n;
+        }
+        std::ptr::copy_nonoverlapping(acc.as_ptr(), y.add(r - r0), 4);
+        r += 4;
+    }
+    while r < r1 {
+        let mut sum = 0.0f32;
+        let mut b0 = 0;
+        while b0 < nb {
+            let n = CHUNK.min(nb - b0);
+            sums1::<Q4>(xq.add(b0 * QK), wq.add(r * stride + b0 * bb), n, sumi.as_mut_ptr());
+            for (b, &s) in sumi[..n].iter().enumerate() {
+                sum += s as f32 * *wd.add(r * nb + b0 + b) * *xd.add(b0 + b);
+            }
+            b0 += n;
+        }
+        *y.add(r - r0) = sum;
+        r += 1;
+    }
+}
+
+// The block dot, as asm text: activation block in q0/q1 (d0–d3), weight
+// block in q2/q3 (d4–d7), four int32 partials into `$acc`, q8/q9 scratch.
+// vmull.s8 widens eight products to int16 and vmlal.s8 adds elements
+// i + 16 into the same lanes (|w·x + w'·x'| ≤ 2·127² < 2¹⁵, the quants
+// being clamped to ±127), then vpaddl/vpadal fold the int16 lanes into int32.
+macro_rules! block_dot {
+    ($acc:literal) => {
+        concat!(
+            "vmull.s8 q8, d4, d0\n",
+            "vmlal.s8 q8, d6, d2\n",
+            "vmull.s8 q9, d5, d1\n",
+            "vmlal.s8 q9, d7, d3\n",
+            "vpaddl.s16 ",
+            $acc,
+            ", q8\n",
+            "vpadal.s16 ",
+            $acc,
+            ", q9\n",
+        )
+    };
+}
+
+// One weight block into q2/q3 from the pointer operand `$w` (advanced).
+// Q4: low nibbles are elements 0–15, high nibbles 16–31, minus 8 (q14 holds
+// 0x0F bytes, q15 holds 8s).
+macro_rules! load_w_q8 {
+    ($w:literal) => {
+        concat!("vld1.8 {{d4-d7}}, [{", $w, "}]!\n")
+    };
+}
+macro_rules! load_w_q4 {
+    ($w:literal) => {
+        concat!(
+            "vld1.8 {{d4-d5}}, [{",
+            $w,
+            "}]!\n",
+            "vshr.u8 q3, q2, #4\n",
+            "vand q2, q2, q14\n",
+            "vsub.i8 q2, q2, q15\n",
+            "vsub.i8 q3, q3, q15\n",
+        )
+    };
+}
+
+/// The int32 sums of `n` ≥ 1 consecutive blocks of four rows with the
+/// activation: out[4b + j] = sumi(row j, block b).
+///
+/// Safety: NEON; x valid for 32·n bytes, each row for n blocks, out for 4·n.
+unsafe fn sums4<const Q4: bool>(x: *const i8, w: [*const u8; 4], n: usize, out: *mut i32) {
+    macro_rules! body {
+        ($load:ident) => {
+            concat!(
+                "vmov.i8 q14, #15\n",
+                "vmov.i8 q15, #8\n",
+                "2:\n",
+                "vld1.8 {{d0-d3}}, [{x}]!\n",
+                $load!("w0"),
+                block_dot!("q10"),
+                $load!("w1"),
+                block_dot!("q11"),
+                $load!("w2"),
+                block_dot!("q12"),
+                $load!("w3"),
+                block_dot!("q13"),
+                // [Σq10, Σq11, Σq12, Σq13] into d20:d21.
+                "vpadd.i32 d20, d20, d21\n",
+                "vpadd.i32 d22, d22, d23\n",
+                "vpadd.i32 d24, d24, d25\n",
+                "vpadd.i32 d26, d26, d27\n",
+                "vpadd.i32 d20, d20, d22\n",
+                "vpadd.i32 d21, d24, d26\n",
+                "vst1.32 {{d20-d21}}, [{out}]!\n",
+                "subs {n}, {n}, #1\n",
+                "bne 2b\n",
+            )
+        };
+    }
+    macro_rules! run {
+        ($load:ident) => {
+            // SAFETY: reads n blocks at x and at each row, writes 4·n int32
+            // at out (the caller's bounds); touches only declared registers.
+            asm!(
+                body!($load),
+                x = inout(reg) x => _,
+                w0 = inout(reg) w[0] => _,
+                w1 = inout(reg) w[1] => _,
+                w2 = inout(reg) w[2] => _,
+                w3 = inout(reg) w[3] => _,
+                out = inout(reg) out => _,
+                n = inout(reg) n => _,
+                out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+                out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+                out("q12") _, out("q13") _, out("q14") _, out("q15") _,
+                options(nostack)
+            )
+        };
+    }
+    if Q4 {
+        run!(load_w_q4);
+    } else {
+        run!(load_w_q8);
+    }
+}
+
+/// As `sums4` for one row: out[b] = sumi(block b).
+///
+/// Safety: NEON; x valid for 32·n bytes, w for n blocks, out for n.
+unsafe fn sums1<const Q4: bool>(x: *const i8, w: *const u8, n: usize, out: *mut i32) {
+    macro_rules! body {
+        ($load:ident) => {
+            concat!(
+                "vmov.i8 q14, #15\n",
+                "vmov.i8 q15, #8\n",
+                "2:\n",
+                "vld1.8 {{d0-d3}}, [{x}]!\n",
+                $load!("w"),
+                block_dot!("q10"),
+                "vpadd.i32 d20, d20, d21\n",
+                "vpadd.i32 d20, d20, d20\n",
+                "vst1.32 {{d20[0]}}, [{out}]!\n",
+                "subs {n}, {n}, #1\n",
+                "bne 2b\n",
+            )
+        };
+    }
+    macro_rules! run {
+        ($load:ident) => {
+            // SAFETY: reads n blocks at x and w, writes n int32 at out (the
+            // caller's bounds); touches only declared registers.
+            asm!(
+                body!($load),
+                x = inout(reg) x => _,
+                w = inout(reg) w => _,
+                out = inout(reg) out => _,
+                n = inout(reg) n => _,
+                out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+                out("q8") _, out("q9") _, out("q10") _,
+                out("q14") _, out("q15") _,
+                options(nostack)
+            )
+        };
+    }
+    if Q4 {
+        run!(load_w_q4);
+    } else {
+        run!(load_w_q8);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// quantize_q8
+
+pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
+    keep_guard();
+    // As the scalar kernel's zip: whole blocks that all three slices hold.
+    let blocks = (x.len() / QK).min(q.len() / QK).min(d.len());
+    for b in 0..blocks {
+        let (xb, qb) = (&x[b * QK..(b + 1) * QK], &mut q[b * QK..(b + 1) * QK]);
+        // SAFETY: NEON verified by the early guard; xb holds QK floats.
+        let amax = f32::from_bits(unsafe { abs_max_bits(xb.as_ptr()) });
+        // Below 2⁻¹¹⁸, |x·id| for a subnormal x could reach 0.5, so NEON's
+        // flushing of x could change its quant: use the reference there.
+        if amax < f32::MIN_POSITIVE * 256.0 {
+            d[b] = quant::quantize_block_q8(xb, qb);
+            continue;
+        }
+        d[b] = amax / 127.0;
+        let id = 127.0 / amax;
+        // SAFETY: as above; both slices are exactly QK long.
+        unsafe { quantize_block(qb.as_mut_ptr(), xb.as_ptr(), id) };
+    }
+}
+
+/// The bits of max |x| over one block, NaN skipped: the scalar kernel's
+/// `fold(0.0, max(m, |x|))`. For non-negative floats the unsigned order of
+/// their bits is their numeric order, subnormals and infinity included, so
+/// an integer max is exact where NEON's float max would flush subnormals.
+///
+/// Safety: NEON; `x` valid for QK floats.
+unsafe fn abs_max_bits(x: *const f32) -> u32 {
+    let bits: u32;
+    // SAFETY: reads 32 floats at x; touches only declared registers.
+    asm!(
+        "vmov.i32 q12, #0",
+        "mov {i}, #2",
+        "2:",
+        "vld1.32 {{d16-d19}}, [{x}]!",
+        "vld1.32 {{d20-d23}}, [{x}]!",
+        // All-ones where x == x, i.e. not NaN.
+        "vceq.f32 q0, q8, q8",
+        "vceq.f32 q1, q9, q9",
+        "vceq.f32 q2, q10, q10",
+        "vceq.f32 q3, q11, q11",
+        "vbic.i32 q8, #0x80000000",
+        "vbic.i32 q9, #0x80000000",
+        "vbic.i32 q10, #0x80000000",
+        "vbic.i32 q11, #0x80000000",
+        "vand q8, q8, q0",
+        "vand q9, q9, q1",
+        "vand q10, q10, q2",
+        "vand q11, q11, q3",
+        "vmax.u32 q8, q8, q9",
+        "vmax.u32 q10, q10, q11",
+        "vmax.u32 q12, q12, q8",
+        "vmax.u32 q12, q12, q10",
+        "subs {i}, {i}, #1",
+        "bne 2b",
+        "vpmax.u32 d24, d24, d25",
+        "vpmax.u32 d24, d24, d24",
+        "vmov.32 {bits}, d24[0]",
+        x = inout(reg) x => _,
+        i = out(reg) _,
+        bits = out(reg) bits,
+        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+        out("q8") _, out("q9") _, out("q10") _, out("q11") _, out("q12") _,
+        options(readonly, nostack)
+    );
+    bits
+}
+
+/// q = clamp(trunc(x·id + copysign(0.5, x)), ±127), the scalar kernel's
+/// operations: a separate multiply and add (both exact-rounded on normal
+/// values, and the caller's amax bound keeps flushing from mattering);
+/// vcvt truncates, saturates and maps NaN to 0 as `as` does, and the clamp
+/// in integers equals the scalar clamp in floats.
+///
+/// Safety: NEON; `q` and `x` valid for QK elements.
+unsafe fn quantize_block(q: *mut i8, x: *const f32, id: f32) {
+    // SAFETY: reads 32 floats at x, writes 32 bytes at q; touches only
+    // declared registers.
+    asm!(
+        "vdup.32 q0, {id}",
+        "vmov.i32 q1, #0x80000000",
+        "vmov.f32 q2, #0.5",
+        "vmov.i32 q3, #127",
+        "vneg.s32 q15, q3",
+        "mov {i}, #4",
+        "2:",
+        "vld1.32 {{d16-d19}}, [{x}]!",
+        // copysign(0.5, x)
+        "vand q10, q8, q1",
+        "vand q11, q9, q1",
+        "vorr q10, q10, q2",
+        "vorr q11, q11, q2",
+        "vmul.f32 q8, q8, q0",
+        "vmul.f32 q9, q9, q0",
+        "vadd.f32 q8, q8, q10",
+        "vadd.f32 q9, q9, q11",
+        "vcvt.s32.f32 q8, q8",
+        "vcvt.s32.f32 q9, q9",
+        "vmin.s32 q8, q8, q3",
+        "vmin.s32 q9, q9, q3",
+        "vmax.s32 q8, q8, q15",
+        "vmax.s32 q9, q9, q15",
+        // In range already, so the saturating narrows only narrow.
+        "vqmovn.s32 d20, q8",
+        "vqmovn.s32 d21, q9",
+        "vqmovn.s16 d20, q10",
+        "vst1.8 {{d20}}, [{q}]!",
+        "subs {i}, {i}, #1",
+        "bne 2b",
+        id = in(reg) id.to_bits(),
+        x = inout(reg) x => _,
+        q = inout(reg) q => _,
+        i = out(reg) _,
+        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+        out("q8") _, out("q9") _, out("q10") _, out("q11") _, out("q15") _,
+        options(nostack)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// exp, for softmax and silu
+
+/// The constants of the exp below, loaded into d0–d7 so that the by-scalar
+/// forms (vmla.f32 q, q, dN[i]) can use them without a register each.
+static EXP_CONSTS: [f32; 16] = [
+    EXP_HI,
+    EXP_LO, // d0
+    std::f32::consts::LOG2_E,
+    0.5, // d1
+    LN2_HI,
+    LN2_LO, // d2
+    EXP_POLY[0],
+    EXP_POLY[1], // d3
+    EXP_POLY[2],
+    EXP_POLY[3], // d4
+    EXP_POLY[4],
+    EXP_POLY[5], // d5
+    1.0,
+    0.0, // d6
+    0.0,
+    0.0, // d7
+];
+
+/// Below EXP_LO e^x rounds to 0 in f32 (and n ≥ −150 keeps both 2ⁿ
+/// factors normal); above EXP_HI it overflows.
+const EXP_LO: f32 = -104.0;
+const EXP_HI: f32 = 88.722_83;
+/// ln 2 = LN2_HI + LN2_LO (Cody–Waite): LN2_HI = 0.693359375 has 9
+/// significant bits, so n·LN2_HI is exact for every n the clamp allows.
+const LN2_HI: f32 = 355.0 / 512.0;
+#[allow(clippy::excessive_precision)]
+const LN2_LO: f32 = -2.121_944_40e-4;
+/// Cephes expf: e^r ≈ 1 + r + r²·P(r), coefficients as published.
+#[allow(clippy::excessive_precision)]
+const EXP_POLY: [f32; 6] = [
+    1.987_569_150_0e-4,
+    1.398_199_950_7e-3,
+    8.333_451_907_3e-3,
+    4.166_579_589_4e-2,
+    1.666_666_545_9e-1,
+    5.000_000_120_1e-1,
+];
+
+/// Loads EXP_CONSTS into d0–d7 (clobbers the `{c}` pointer operand).
+macro_rules! load_exp_consts {
+    () => {
+        "vld1.32 {{d0-d3}}, [{c}]!\nvld1.32 {{d4-d7}}, [{c}]\n"
+    };
+}
+
+/// q8 ← e^q8 for four lanes, Cephes expf without FMA (ARMv7 NEON's vmla
+/// rounds the product; the polynomial was designed for that): clamp to
+/// [EXP_LO, EXP_HI]; n = ⌊x·log2e + 0.5⌋ (vcvt truncates, then −1 where that
+/// rounded up); r = x − n·LN2_HI − n·LN2_LO; e^r = 1 + r + r²·P(r); then
+/// ·2^⌊n/2⌋·2^(n−⌊n/2⌋) so that each factor stays a normal float.
+/// Needs EXP_CONSTS in d0–d7; uses q9–q13.
+macro_rules! exp_q8 {
+    () => {
+        concat!(
+            "vdup.32 q9, d0[0]\n",
+            "vmin.f32 q8, q8, q9\n",
+            "vdup.32 q9, d0[1]\n",
+            "vmax.f32 q8, q8, q9\n",
+            "vdup.32 q10, d1[1]\n",
+            "vmla.f32 q10, q8, d1[0]\n",
+            "vcvt.s32.f32 q11, q10\n",
+            "vcvt.f32.s32 q12, q11\n",
+            "vcgt.f32 q13, q12, q10\n",
+            "vadd.i32 q11, q11, q13\n",
+            "vcvt.f32.s32 q12, q11\n",
+            "vmls.f32 q8, q12, d2[0]\n",
+            "vmls.f32 q8, q12, d2[1]\n",
+            "vdup.32 q9, d3[1]\n",
+            "vmla.f32 q9, q8, d3[0]\n",
+            "vdup.32 q10, d4[0]\n",
+            "vmla.f32 q10, q9, q8\n",
+            "vdup.32 q9, d4[1]\n",
+            "vmla.f32 q9, q10, q8\n",
+            "vdup.32 q10, d5[0]\n",
+            "vmla.f32 q10, q9, q8\n",
+            "vdup.32 q9, d5[1]\n",
+            "vmla.f32 q9, q10, q8\n",
+            "vmul.f32 q9, q9, q8\n",
+            "vmul.f32 q9, q9, q8\n",
+            "vadd.f32 q9, q9, q8\n",
+            "vdup.32 q10, d6[0]\n",
+            "vadd.f32 q9, q9, q10\n",
+            "vshr.s32 q10, q11, #1\n",
+            "vsub.i32 q11, q11, q10\n",
+            "vmov.i32 q12, #127\n",
+            "vadd.i32 q10, q10, q12\n",
+            "vadd.i32 q11, q11, q12\n",
+            "vshl.i32 q10, q10, #23\n",
+            "vshl.i32 q11, q11, #23\n",
+            "vmul.f32 q9, q9, q10\n",
+            "vmul.f32 q8, q9, q11\n",
+        )
+    };
+}
+
+/// x[i] ← e^(x[i] − shift) for `n4` ≥ 1 groups of four; returns the four
+/// lane sums of the results.
+///
+/// Safety: NEON; `x` valid for 4·n4 floats.
+unsafe fn exp_shift_sum(x: *mut f32, n4: usize, shift: f32) -> [f32; 4] {
+    let mut sums = [0.0f32; 4];
+    // SAFETY: reads and writes 4·n4 floats at x and writes `sums`; touches
+    // only declared registers.
+    asm!(
+        load_exp_consts!(),
+        "vdup.32 q15, {shift}",
+        "vmov.i32 q14, #0",
+        "2:",
+        "vld1.32 {{d16-d17}}, [{x}]",
+        "vsub.f32 q8, q8, q15",
+        exp_q8!(),
+        "vst1.32 {{d16-d17}}, [{x}]!",
+        "vadd.f32 q14, q14, q8",
+        "subs {n}, {n}, #1",
+        "bne 2b",
+        "vst1.32 {{d28-d29}}, [{s}]",
+        c = inout(reg) EXP_CONSTS.as_ptr() => _,
+        shift = in(reg) shift.to_bits(),
+        x = inout(reg) x => _,
+        n = inout(reg) n4 => _,
+        s = in(reg) sums.as_mut_ptr(),
+        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+        out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+        out("q12") _, out("q13") _, out("q14") _, out("q15") _,
+        options(nostack)
+    );
+    sums
+}
+
+/// e^x of each element, in place: the polynomial the float kernels use,
+/// exposed so the tests can hold it to spec §5's 1e-6.
+#[doc(hidden)]
+pub fn exp_in_place(v: &mut [f32]) {
+    keep_guard();
+    for c in v.chunks_mut(4) {
+        let mut buf = [0.0f32; 4];
+        buf[..c.len()].copy_from_slice(c);
+        // SAFETY: NEON verified by the early guard; buf holds four floats.
+        unsafe { exp_shift_sum(buf.as_mut_ptr(), 1, 0.0) };
+        c.copy_from_slice(&buf[..c.len()]);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Float kernels
+
+/// Σ a[i]·b[i] over n elements: four accumulators for 16 elements a step,
+/// then one for groups of four, then the rest in VFP.
+///
+/// Safety: NEON; `a` and `b` valid for n reads.
+unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
+    let (n16, n4) = (n / 16, n % 16 / 4);
+    if n16 + n4 == 0 {
+        return crate::kernels::scalar::dot_f32(std::slice::from_raw_parts(a, n), std::slice::from_raw_parts(b, n));
+    }
+    let mut lanes = [0.0f32; 4];
+    // SAFETY: reads 16·n16 + 4·n4 floats at a and b, writes `lanes`;
+    // touches only declared registers.
+    asm!(
+        "vmov.i32 q8, #0",
+        "vmov.i32 q9, #0",
+        "vmov.i32 q10, #0",
+        "vmov.i32 q11, #0",
+        "cmp {n16}, #0",
+        "beq 3f",
+        "2:",
+        "vld1.32 {{d0-d3}}, [{a}]!",
+        "vld1.32 {{d4-d7}}, [{b}]!",
+        "vmla.f32 q8, q0, q2",
+        "vmla.f32 q9, q1, q3",
+        "vld1.32 {{d0-d3}}, [{a}]!",
+        "vld1.32 {{d4-d7}}, [{b}]!",
+        "vmla.f32 q10, q0, q2",
+        "vmla.f32 q11, q1, q3",
+        "subs {n16}, {n16}, #1",
+        "bne 2b",
+        "3:",
+        "cmp {n4}, #0",
+        "beq 5f",
+        "4:",
+        "vld1.32 {{d0-d1}}, [{a}]!",
+        "vld1.32 {{d4-d5}}, [{b}]!",
+        "vmla.f32 q8, q0, q2",
+        "subs {n4}, {n4}, #1",
+        "bne 4b",
+        "5:",
+        "vadd.f32 q8, q8, q9",
+        "vadd.f32 q10, q10, q11",
+        "vadd.f32 q8, q8, q10",
+        "vst1.32 {{d16-d17}}, [{out}]",
+        a = inout(reg) a => _,
+        b = inout(reg) b => _,
+        n16 = inout(reg) n16 => _,
+        n4 = inout(reg) n4 => _,
+        out = in(reg) lanes.as_mut_ptr(),
+        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+        out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+        options(nostack)
+    );
+    let mut sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for i in n - n % 4..n {
+        sum += *a.add(i) * *b.add(i);
+    }
+    sum
+}
+
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    keep_guard();
+    let n = a.len().min(b.len());
+    // SAFETY: NEON verified by the early guard; both slices hold n elements.
+    unsafe { dot(a.as_ptr(), b.as_ptr(), n) }
+}
+
+/// o = x / sqrt(mean(x²) + eps) · w
+pub fn rmsnorm(o: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+    keep_guard();
+    // SAFETY: NEON verified by the early guard; x holds x.len() elements.
+    let ss = unsafe { dot(x.as_ptr(), x.as_ptr(), x.len()) } / x.len() as f32;
+    let scale = 1.0 / (ss + eps).sqrt();
+    let n = o.len().min(x.len()).min(w.len());
+    let n4 = n / 4;
+    if n4 > 0 {
+        // SAFETY: as above; all three slices hold n ≥ 4·n4 elements.
+        unsafe { scale_mul(o.as_mut_ptr(), x.as_ptr(), w.as_ptr(), scale, n4) }
+    }
+    for i in 4 * n4..n {
+        o[i] = w[i] * (scale * x[i]);
+    }
+}
+
+/// o[i] = w[i] · (scale · x[i]), the scalar kernel's order, for `n4` ≥ 1
+/// groups of four.
+///
+/// Safety: NEON; pointers valid for 4·n4 elements.
+unsafe fn scale_mul(o: *mut f32, x: *const f32, w: *const f32, scale: f32, n4: usize) {
+    // SAFETY: reads 4·n4 floats at x and w, writes as many at o; touches
+    // only declared registers.
+    asm!(
+        "vdup.32 q0, {s}",
+        "2:",
+        "vld1.32 {{d16-d17}}, [{x}]!",
+        "vld1.32 {{d18-d19}}, [{w}]!",
+        "vmul.f32 q8, q8, q0",
+        "vmul.f32 q8, q9, q8",
+        "vst1.32 {{d16-d17}}, [{o}]!",
+        "subs {n}, {n}, #1",
+        "bne 2b",
+        s = in(reg) scale.to_bits(),
+        x = inout(reg) x => _,
+        w = inout(reg) w => _,
+        o = inout(reg) o => _,
+        n = inout(reg) n4 => _,
+        out("q0") _, out("q8") _, out("q9") _,
+        options(nostack)
+    );
+}
+
+/// In-place softmax, shifted by the maximum for stability.
+pub fn softmax(x: &mut [f32]) {
+    keep_guard();
+    if x.is_empty() {
+        return;
+    }
+    let n = x.len();
+    let n4 = n / 4;
+    // The maximum in VFP: a NaN is skipped as in the scalar kernel, and the
+    // pass is cheap next to the exps.
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut sum = 0.0f32;
+    if n4 > 0 {
+        // SAFETY: NEON verified by the early guard; x holds n ≥ 4·n4 floats.
+        let lanes = unsafe { exp_shift_sum(x.as_mut_ptr(), n4, max) };
+        sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    }
+    let tail = &mut x[4 * n4..];
+    if !tail.is_empty() {
+        // Padding lanes are computed but neither stored nor summed.
+        let mut buf = [0.0f32; 4];
+        buf[..tail.len()].copy_from_slice(tail);
+        // SAFETY: as above; buf holds four floats.
+        unsafe { exp_shift_sum(buf.as_mut_ptr(), 1, max) };
+        for (t, &v) in tail.iter_mut().zip(&buf) {
+            *t = v;
+            sum += v;
+        }
+    }
+    // Divide, as the scalar kernel does (ARMv7 NEON has no vector divide;
+    // VFP's is exact).
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}
+
+/// Rotates each interleaved pair (2i, 2i+1) of every query and key head by
+/// the angle whose cosine and sine are `cos[i]`, `sin[i]`.
+pub fn rope(
+    q: &mut [f32],
+    k: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+    head_dim: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+) {
+    keep_guard();
+    let pairs = head_dim / 2;
+    // The scalar kernel panics on these by slice indexing; so do we, before
+    // any pointer arithmetic.
+    assert!(
+        q.len() >= n_heads * head_dim && k.len() >= n_kv_heads * head_dim,
+        "rope: q or k shorter than its heads"
+    );
+    assert!(
+        cos.len() >= pairs && sin.len() >= pairs,
+        "rope: cos/sin shorter than head_dim / 2"
+    );
+    let p4 = pairs / 4;
+    for (v, heads) in [(q, n_heads), (k, n_kv_heads)] {
+        for head in v[..heads * head_dim].chunks_exact_mut(head_dim) {
+            if p4 > 0 {
+                // SAFETY: NEON verified by the early guard; the head holds
+                // 2·pairs ≥ 8·p4 floats, cos/sin hold pairs ≥ 4·p4.
+                unsafe { rotate(head.as_mut_ptr(), cos.as_ptr(), sin.as_ptr(), p4) }
+            }
+            for i in 4 * p4..pairs {
+                let (a, b) = (head[2 * i], head[2 * i + 1]);
+                head[2 * i] = a * cos[i] - b * sin[i];
+                head[2 * i + 1] = a * sin[i] + b * cos[i];
+            }
+        }
+    }
+}
+
+/// Four pairs a step: vld2 splits them into a = q8 and b = q9, then
+/// a·c − b·s and a·s + b·c (the scalar kernel's expressions, rounded
+/// identically) go to q12/q13, which vst2 interleaves back.
+///
+/// Safety: NEON; `v` valid for 8·p4 floats, cos/sin for 4·p4, p4 ≥ 1.
+unsafe fn rotate(v: *mut f32, cos: *const f32, sin: *const f32, p4: usize) {
+    // SAFETY: reads and writes 8·p4 floats at v, reads 4·p4 at cos and sin;
+    // touches only declared registers.
+    asm!(
+        "2:",
+        "vld2.32 {{d16-d19}}, [{v}]",
+        "vld1.32 {{d20-d21}}, [{c}]!",
+        "vld1.32 {{d22-d23}}, [{s}]!",
+        "vmul.f32 q12, q8, q10",
+        "vmul.f32 q13, q9, q11",
+        "vsub.f32 q12, q12, q13",
+        "vmul.f32 q13, q8, q11",
+        "vmul.f32 q14, q9, q10",
+        "vadd.f32 q13, q13, q14",
+        "vst2.32 {{d24-d27}}, [{v}]!",
+        "subs {n}, {n}, #1",
+        "bne 2b",
+        v = inout(reg) v => _,
+        c = inout(reg) cos => _,
+        s = inout(reg) sin => _,
+        n = inout(reg) p4 => _,
+        out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+        out("q12") _, out("q13") _, out("q14") _,
+        options(nostack)
+    );
+}
+
+/// g = silu(g) · u, with silu(v) = v / (1 + e^(−v)).
+pub fn silu_mul(g: &mut [f32], u: &[f32]) {
+    keep_guard();
+    let n = g.len().min(u.len());
+    let n4 = n / 4;
+    if n4 > 0 {
+        // SAFETY: NEON verified by the early guard; both slices hold
+        // n ≥ 4·n4 elements.
+        unsafe { silu_mul_neon(g.as_mut_ptr(), u.as_ptr(), n4) }
+    }
+    if n > 4 * n4 {
+        let (mut gb, mut ub) = ([0.0f32; 4], [0.0f32; 4]);
+        let m = n - 4 * n4;
+        gb[..m].copy_from_slice(&g[4 * n4..n]);
+        ub[..m].copy_from_slice(&u[4 * n4..n]);
+        // SAFETY: as above; the buffers hold four floats.
+        unsafe { silu_mul_neon(gb.as_mut_ptr(), ub.as_ptr(), 1) }
+        g[4 * n4..n].copy_from_slice(&gb[..m]);
+    }
+}
+
+/// `n4` ≥ 1 groups of four: e = e^(−g), then g · (1/(1 + e)) · u, the
+/// reciprocal by vrecpe refined with two Newton steps (vrecps) to about an
+/// ulp: ARMv7 NEON has no vector divide.
+///
+/// Safety: NEON; pointers valid for 4·n4 elements.
+unsafe fn silu_mul_neon(g: *mut f32, u: *const f32, n4: usize) {
+    // SAFETY: reads and writes 4·n4 floats at g, reads as many at u;
+    // touches only declared registers.
+    asm!(
+        load_exp_consts!(),
+        "2:",
+        "vld1.32 {{d28-d29}}, [{g}]",
+        "vneg.f32 q8, q14",
+        exp_q8!(),
+        "vdup.32 q9, d6[0]",
+        "vadd.f32 q8, q8, q9",
+        "vrecpe.f32 q9, q8",
+        "vrecps.f32 q10, q8, q9",
+        "vmul.f32 q9, q9, q10",
+        "vrecps.f32 q10, q8, q9",
+        "vmul.f32 q9, q9, q10",
+        "vld1.32 {{d30-d31}}, [{u}]!",
+        "vmul.f32 q14, q14, q9",
+        "vmul.f32 q14, q14, q15",
+        "vst1.32 {{d28-d29}}, [{g}]!",
+        "subs {n}, {n}, #1",
+        "bne 2b",
+        c = inout(reg) EXP_CONSTS.as_ptr() => _,
+        g = inout(reg) g => _,
+        u = inout(reg) u => _,
+        n = inout(reg) n4 => _,
+        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+        out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+        out("q12") _, out("q13") _, out("q14") _, out("q15") _,
+        options(nostack)
+    );
+}
+
+/// y += x
+pub fn add(y: &mut [f32], x: &[f32]) {
+    keep_guard();
+    let n = y.len().min(x.len());
+    let n8 = n / 8;
+    if n8 > 0 {
+        // SAFETY: NEON verified by the early guard; both slices hold
+        // n ≥ 8·n8 elements.
+        unsafe { axpy(y.as_mut_ptr(), None, x.as_ptr(), n8) }
+    }
+    for i in 8 * n8..n {
+        y[i] += x[i];
+    }
+}
+
+/// y += a · x
+pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
+    keep_guard();
+    let n = y.len().min(x.len());
+    let n8 = n / 8;
+    if n8 > 0 {
+        // SAFETY: NEON verified by the early guard; both slices hold
+        // n ≥ 8·n8 elements.
+        unsafe { axpy(y.as_mut_ptr(), Some(a), x.as_ptr(), n8) }
+    }
+    for i in 8 * n8..n {
+        y[i] += a * x[i];
+    }
+}
+
+/// y += a·x (or y += x without a) for `n8` ≥ 1 groups of eight; multiply
+/// then add, as the scalar kernels.
+///
+/// Safety: NEON; pointers valid for 8·n8 elements.
+unsafe fn axpy(y: *mut f32, a: Option<f32>, x: *const f32, n8: usize) {
+    macro_rules! run {
+        ($scale:literal) => {
+            // SAFETY: reads 8·n8 floats at x and y, writes them at y;
+            // touches only declared registers.
+            asm!(
+                "vdup.32 q0, {a}",
+                "2:",
+                "vld1.32 {{d16-d19}}, [{y}]",
+                "vld1.32 {{d20-d23}}, [{x}]!",
+                $scale,
+                "vadd.f32 q8, q8, q10",
+                "vadd.f32 q9, q9, q11",
+                "vst1.32 {{d16-d19}}, [{y}]!",
+                "subs {n}, {n}, #1",
+                "bne 2b",
+                a = in(reg) a.unwrap_or(1.0).to_bits(),
+                y = inout(reg) y => _,
+                x = inout(reg) x => _,
+                n = inout(reg) n8 => _,
+                out("q0") _, out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+                options(nostack)
+            )
+        };
+    }
+    if a.is_some() {
+        run!("vmul.f32 q10, q10, q0\nvmul.f32 q11, q11, q0");
+    } else {
+        run!("");
+    }
+}
