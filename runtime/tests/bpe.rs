@@ -863,6 +863,8 @@ fn chat_templates_that_are_not_chatml_are_refused() {
 // The `ml` binary: tokenize and chat on a synthetic .tok and a random model.
 
 fn ml(args: &[&str], stdin: &str) -> Output {
+    // Refuse like every test binary on a CPU the build does not support.
+    legacy_ml::core::isa::guard();
     let exe = env!("CARGO_BIN_EXE_ml");
     let mut cmd = match std::env::var("ML_TEST_RUNNER") {
         Ok(runner) if !runner.trim().is_empty() => {

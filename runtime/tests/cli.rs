@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn ml(args: &[&str]) -> Output {
+    // This binary runs no kernel itself, but on a CPU the build does not
+    // support it must refuse like every other test binary (exit 7), not
+    // fail because the `ml` it spawns refused.
+    legacy_ml::core::isa::guard();
     let exe = env!("CARGO_BIN_EXE_ml");
     let mut cmd = match std::env::var("ML_TEST_RUNNER") {
         Ok(runner) if !runner.trim().is_empty() => {
