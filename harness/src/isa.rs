@@ -1,0 +1,496 @@
+//! What each ISA tier needs and what each CPU model has.
+//!
+//! Feature names are the ones the runtime's guard prints (`ml isa`, the
+//! `missing:` list): Linux /proc/cpuinfo flags on x86 (with `sse3` for
+//! cpuinfo's `pni`), HWCAP names on ARM (`asimd`, `asimddp`, `sve`, `neon`).
+//! The qemu model table was measured by running `ml isa` under each model
+//! with QEMU 7.2 (TCG); `harness doctor` re-measures it and flags drift.
+
+use serde::Serialize;
+
+/// CPU architecture of a target triple.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arch {
+    X86_64,
+    X86,
+    Aarch64,
+    Arm,
+}
+
+impl Arch {
+    pub fn from_triple(triple: &str) -> Option<Arch> {
+        let head = triple.split('-').next().unwrap_or("");
+        match head {
+            "x86_64" => Some(Arch::X86_64),
+            "i386" | "i586" | "i686" => Some(Arch::X86),
+            "aarch64" => Some(Arch::Aarch64),
+            h if h.starts_with("armv7") || h.starts_with("thumbv7") || h == "arm" => Some(Arch::Arm),
+            _ => None,
+        }
+    }
+
+    /// `x86` or `arm`: which instruction-set family the tier features belong to.
+    pub fn family(self) -> Family {
+        match self {
+            Arch::X86_64 | Arch::X86 => Family::X86,
+            Arch::Aarch64 | Arch::Arm => Family::Arm,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::X86 => "x86",
+            Arch::Aarch64 => "aarch64",
+            Arch::Arm => "arm",
+        }
+    }
+
+    /// The architecture of the machine the harness runs on.
+    pub fn host() -> Option<Arch> {
+        Arch::from_triple(std::env::consts::ARCH).or(if std::env::consts::ARCH == "x86" {
+            Some(Arch::X86)
+        } else {
+            None
+        })
+    }
+
+    /// Whether a binary of this arch runs natively on `host`.
+    pub fn runs_natively_on(self, host: Arch) -> bool {
+        // An i686 binary could run on an x86-64 kernel, but only with a
+        // 32-bit loader installed at /lib; rows use qemu-i386 instead.
+        self == host
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    X86,
+    Arm,
+}
+
+/// One ISA tier of spec §3.
+#[derive(Debug)]
+pub struct Tier {
+    pub name: &'static str,
+    /// The runtime cargo feature selecting it (None: scalar, the default).
+    pub feature: Option<&'static str>,
+    /// The architectures it exists on.
+    pub arches: &'static [Arch],
+    /// Features a CPU must have to run it, per arch (guard names).
+    pub needs_x86: &'static [&'static str],
+    pub needs_aarch64: &'static [&'static str],
+    pub needs_arm: &'static [&'static str],
+}
+
+impl Tier {
+    pub fn needs(&self, arch: Arch) -> &'static [&'static str] {
+        match arch {
+            Arch::X86_64 | Arch::X86 => self.needs_x86,
+            Arch::Aarch64 => self.needs_aarch64,
+            Arch::Arm => self.needs_arm,
+        }
+    }
+}
+
+const X86: &[Arch] = &[Arch::X86_64, Arch::X86];
+
+/// Spec §3's tiers. `needs` is the minimum a CPU must have; the runtime's
+/// guard may check more (the harness reads the binary's own list from
+/// `ml isa` and uses that for the audit).
+pub const TIERS: &[Tier] = &[
+    Tier {
+        name: "scalar",
+        feature: None,
+        arches: &[Arch::X86_64, Arch::X86, Arch::Aarch64, Arch::Arm],
+        needs_x86: &[],
+        needs_aarch64: &[],
+        needs_arm: &[],
+    },
+    Tier {
+        name: "sse2",
+        feature: Some("isa-sse2"),
+        arches: X86,
+        needs_x86: &["sse2"],
+        needs_aarch64: &[],
+        needs_arm: &[],
+    },
+    Tier {
+        name: "sse41",
+        feature: Some("isa-sse41"),
+        arches: X86,
+        needs_x86: &["ssse3", "sse4_1"],
+        needs_aarch64: &[],
+        needs_arm: &[],
+    },
+    Tier {
+        name: "avx2",
+        feature: Some("isa-avx2"),
+        arches: X86,
+        needs_x86: &["avx", "avx2", "fma"],
+        needs_aarch64: &[],
+        needs_arm: &[],
+    },
+    Tier {
+        name: "avxvnni",
+        feature: Some("isa-avxvnni"),
+        arches: X86,
+        needs_x86: &["avx2", "fma", "avx_vnni"],
+        needs_aarch64: &[],
+        needs_arm: &[],
+    },
+    Tier {
+        name: "avx512vnni",
+        feature: Some("isa-avx512vnni"),
+        arches: X86,
+        needs_x86: &["avx512f", "avx512bw", "avx512_vnni"],
+        needs_aarch64: &[],
+        needs_arm: &[],
+    },
+    Tier {
+        name: "neon",
+        feature: Some("isa-neon"),
+        arches: &[Arch::Aarch64, Arch::Arm],
+        needs_x86: &[],
+        needs_aarch64: &["asimd"],
+        needs_arm: &["neon"],
+    },
+    Tier {
+        name: "neon-dotprod",
+        feature: Some("isa-neon-dotprod"),
+        arches: &[Arch::Aarch64],
+        needs_x86: &[],
+        needs_aarch64: &["asimd", "asimddp"],
+        needs_arm: &[],
+    },
+    Tier {
+        name: "sve",
+        feature: Some("isa-sve"),
+        arches: &[Arch::Aarch64],
+        needs_x86: &[],
+        needs_aarch64: &["sve"],
+        needs_arm: &[],
+    },
+];
+
+pub fn tier(name: &str) -> Option<&'static Tier> {
+    TIERS.iter().find(|t| t.name == name)
+}
+
+/// A qemu `-cpu` model and the tier-relevant features a guest sees under
+/// QEMU 7.2 TCG (the model's features minus what TCG cannot emulate).
+#[derive(Debug)]
+pub struct CpuModel {
+    pub arch: Arch,
+    pub model: &'static str,
+    pub features: &'static [&'static str],
+    pub note: &'static str,
+}
+
+const SSE3: &[&str] = &["sse2", "sse3"];
+const SSSE3: &[&str] = &["sse2", "sse3", "ssse3"];
+const SSE41: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1"];
+const SSE42: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1", "sse4_2"];
+const AVX: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx"];
+const AVX2: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "fma", "avx2"];
+
+/// The qemu-user CPU models the matrix may name. Both x86 arches share the
+/// x86-64 models (qemu-i386 accepts the same names); qemu32 is i386-only.
+pub const CPU_MODELS: &[CpuModel] = &[
+    CpuModel {
+        arch: Arch::X86_64,
+        model: "qemu64",
+        features: SSE3,
+        note: "x86-64 v1 floor (SSE2, SSE3)",
+    },
+    CpuModel {
+        arch: Arch::X86,
+        model: "qemu32",
+        features: SSE3,
+        note: "32-bit default model (qemu-i386 only)",
+    },
+    CpuModel {
+        arch: Arch::X86_64,
+        model: "Conroe",
+        features: SSSE3,
+        note: "Core 2 (SSSE3)",
+    },
+    CpuModel {
+        arch: Arch::X86_64,
+        model: "Penryn",
+        features: SSE41,
+        note: "Core 2 45nm (SSE4.1)",
+    },
+    CpuModel {
+        arch: Arch::X86_64,
+        model: "Nehalem",
+        features: SSE42,
+        note: "SSE4.2",
+    },
+    CpuModel {
+        arch: Arch::X86_64,
+        model: "SandyBridge",
+        features: AVX,
+        note: "AVX, no AVX2",
+    },
+    CpuModel {
+        arch: Arch::X86_64,
+        model: "Haswell",
+        features: AVX2,
+        note: "AVX2 + FMA",
+    },
+    CpuModel {
+        arch: Arch::X86_64,
+        model: "Skylake-Server",
+        features: AVX2,
+        note: "AVX-512 in the model, but TCG filters it out: AVX2 + FMA",
+    },
+    CpuModel {
+        arch: Arch::X86_64,
+        model: "max",
+        features: AVX2,
+        note: "everything TCG emulates: AVX2 + FMA, no AVX-512, no AVX-VNNI",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "cortex-a53",
+        features: &["asimd"],
+        note: "ARMv8.0, NEON",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "cortex-a57",
+        features: &["asimd"],
+        note: "ARMv8.0, NEON",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "cortex-a72",
+        features: &["asimd"],
+        note: "ARMv8.0, NEON",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "cortex-a76",
+        features: &["asimd", "asimddp"],
+        note: "ARMv8.2, NEON + dotprod",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "neoverse-n1",
+        features: &["asimd", "asimddp"],
+        note: "ARMv8.2, NEON + dotprod",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "a64fx",
+        features: &["asimd", "sve"],
+        note: "SVE 512-bit, no dotprod",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "max",
+        features: &["asimd", "asimddp", "sve"],
+        note: "everything, incl. SVE2",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "max,sve128=on",
+        features: &["asimd", "asimddp", "sve"],
+        note: "SVE at 128-bit vectors",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "max,sve256=on",
+        features: &["asimd", "asimddp", "sve"],
+        note: "SVE at 256-bit vectors",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "max,sve512=on",
+        features: &["asimd", "asimddp", "sve"],
+        note: "SVE at 512-bit vectors",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "max,sve2048=on,sve-default-vector-length=256",
+        features: &["asimd", "asimddp", "sve"],
+        note: "SVE at 2048-bit vectors (qemu-user needs the default length set too)",
+    },
+    CpuModel {
+        arch: Arch::Aarch64,
+        model: "max,sve=off",
+        features: &["asimd", "asimddp"],
+        note: "max without SVE",
+    },
+    CpuModel {
+        arch: Arch::Arm,
+        model: "cortex-a7",
+        features: &["neon", "vfpv4"],
+        note: "ARMv7 + NEON + VFPv4",
+    },
+    CpuModel {
+        arch: Arch::Arm,
+        model: "cortex-a8",
+        features: &["neon"],
+        note: "ARMv7 + NEON",
+    },
+    CpuModel {
+        arch: Arch::Arm,
+        model: "cortex-a9",
+        features: &["neon"],
+        note: "ARMv7 + NEON",
+    },
+    CpuModel {
+        arch: Arch::Arm,
+        model: "cortex-a15",
+        features: &["neon", "vfpv4"],
+        note: "ARMv7 + NEON + VFPv4",
+    },
+    CpuModel {
+        arch: Arch::Arm,
+        model: "cortex-a15,neon=off",
+        features: &["vfpv4"],
+        note: "cortex-a15 without NEON",
+    },
+];
+
+pub fn cpu_model(arch: Arch, model: &str) -> Option<&'static CpuModel> {
+    // qemu-i386 accepts every x86-64 model name too (it runs them 32-bit).
+    CPU_MODELS
+        .iter()
+        .find(|m| m.arch == arch && m.model == model)
+        .or_else(|| {
+            if arch == Arch::X86 {
+                CPU_MODELS.iter().find(|m| m.arch == Arch::X86_64 && m.model == model)
+            } else {
+                None
+            }
+        })
+}
+
+/// Features of a model that TCG cannot emulate and drops anyway, each with a
+/// `qemu: warning: TCG doesn't support requested feature` line on stderr.
+/// Turning them off explicitly changes nothing the guest sees but keeps
+/// stderr clean for tests that check it (tests/cli.rs wants one-line errors).
+const TCG_UNSUPPORTED: &[(&str, &str)] = &[
+    ("SandyBridge", "-x2apic,-tsc-deadline"),
+    ("Haswell", "-pcid,-x2apic,-tsc-deadline,-hle,-invpcid,-rtm"),
+    (
+        "Skylake-Server",
+        "-pcid,-x2apic,-tsc-deadline,-hle,-invpcid,-rtm,-avx512f,-avx512dq,-rdseed,-avx512cd,-avx512bw,-avx512vl,-3dnowprefetch,-xsavec",
+    ),
+];
+
+/// The `-cpu` argument for a model (see `TCG_UNSUPPORTED`). Under
+/// qemu-i386, the x86-64 models also ask for `syscall` and `lm`, which a
+/// 32-bit guest cannot have.
+pub fn qemu_cpu_arg(arch: Arch, model: &str) -> String {
+    if arch.family() != Family::X86 {
+        return model.to_string();
+    }
+    let mut off: Vec<&str> = Vec::new();
+    if arch == Arch::X86 && !matches!(model, "qemu32" | "max") {
+        off.push("-syscall,-lm");
+    }
+    if let Some((_, o)) = TCG_UNSUPPORTED.iter().find(|(m, _)| *m == model) {
+        off.push(o);
+    }
+    if off.is_empty() {
+        model.to_string()
+    } else {
+        format!("{model},{}", off.join(","))
+    }
+}
+
+/// The `needs` a CPU with `have` lacks.
+pub fn missing<'a>(needs: &[&'a str], have: &[String]) -> Vec<&'a str> {
+    needs.iter().copied().filter(|n| !have.iter().any(|h| h == n)).collect()
+}
+
+/// The host's tier-relevant features, from /proc/cpuinfo (never assumed).
+pub fn host_features() -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    host_features_from_cpuinfo(&text)
+}
+
+/// Parses the first processor's flags (x86 `flags`, ARM `Features`) into
+/// guard names.
+pub fn host_features_from_cpuinfo(text: &str) -> Vec<String> {
+    let line = text
+        .lines()
+        .find(|l| {
+            let key = l.split(':').next().unwrap_or("").trim();
+            key == "flags" || key == "Features"
+        })
+        .unwrap_or("");
+    let flags = line.split_once(':').map(|(_, v)| v).unwrap_or("");
+    let mut out: Vec<String> = Vec::new();
+    for f in flags.split_whitespace() {
+        let name = match f {
+            "pni" => "sse3",
+            other => other,
+        };
+        if !out.iter().any(|o| o == name) {
+            out.push(name.to_string());
+        }
+    }
+    out
+}
+
+/// The host CPU's model name, for the report.
+pub fn host_cpu_name() -> String {
+    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    text.lines()
+        .find(|l| l.starts_with("model name") || l.starts_with("CPU part"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn triples_map_to_arches() {
+        assert_eq!(Arch::from_triple("x86_64-unknown-linux-gnu"), Some(Arch::X86_64));
+        assert_eq!(Arch::from_triple("i686-unknown-linux-gnu"), Some(Arch::X86));
+        assert_eq!(Arch::from_triple("aarch64-unknown-linux-gnu"), Some(Arch::Aarch64));
+        assert_eq!(Arch::from_triple("armv7-unknown-linux-gnueabihf"), Some(Arch::Arm));
+        assert_eq!(Arch::from_triple("riscv64gc-unknown-linux-gnu"), None);
+    }
+
+    #[test]
+    fn cpuinfo_flags_use_guard_names() {
+        let info = "processor\t: 0\nflags\t\t: fpu sse2 pni ssse3 sse4_1 avx2 avx512_vnni\nprocessor\t: 1\n";
+        let f = host_features_from_cpuinfo(info);
+        assert!(f.contains(&"sse3".to_string()));
+        assert!(f.contains(&"avx512_vnni".to_string()));
+        assert!(!f.contains(&"avx_vnni".to_string()));
+        assert_eq!(missing(&["avx2", "avx_vnni"], &f), vec!["avx_vnni"]);
+    }
+
+    #[test]
+    fn tcg_unsupported_features_are_turned_off() {
+        assert_eq!(qemu_cpu_arg(Arch::X86_64, "Nehalem"), "Nehalem");
+        assert_eq!(qemu_cpu_arg(Arch::X86, "Nehalem"), "Nehalem,-syscall,-lm");
+        assert_eq!(
+            qemu_cpu_arg(Arch::X86_64, "Haswell"),
+            "Haswell,-pcid,-x2apic,-tsc-deadline,-hle,-invpcid,-rtm"
+        );
+        assert_eq!(qemu_cpu_arg(Arch::X86, "qemu32"), "qemu32");
+        assert_eq!(qemu_cpu_arg(Arch::Aarch64, "max,sve=off"), "max,sve=off");
+    }
+
+    #[test]
+    fn every_tier_has_needs_on_its_arches() {
+        for t in TIERS {
+            for &a in t.arches {
+                assert_eq!(t.needs(a).is_empty(), t.name == "scalar", "{} on {:?}", t.name, a);
+            }
+        }
+    }
+}
