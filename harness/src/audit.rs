@@ -114,6 +114,16 @@ const STARTUP: &[&str] = &[
     "ml::main",
 ];
 
+/// The pre-main CPU check of builds with a crate-wide ISA flag.
+fn is_pre_main_guard(symbol: &str) -> bool {
+    symbol.trim_start_matches('<').starts_with("legacy_ml::core::isa::early::")
+}
+
+/// C start-up code: runs before any constructor, so always at the target baseline.
+fn is_c_startup(symbol: &str) -> bool {
+    STARTUP.contains(&symbol) && symbol != "main" && symbol != "ml::main"
+}
+
 pub fn kind(symbol: &str) -> Kind {
     let s = symbol.trim_start_matches('<');
     if STARTUP.contains(&symbol)
@@ -304,8 +314,27 @@ pub fn audit(arch: Arch, functions: &[Function], b: &Baselines) -> AuditResult {
     };
     let mut violations: BTreeMap<(String, String), Violation> = BTreeMap::new();
     let mut exceptions = std::collections::BTreeSet::new();
+    // A row built with a crate-wide feature (ARMv7 `+neon`) cannot keep
+    // `main` and the guard at the target baseline: the compiler may use the
+    // feature anywhere. Such builds check the CPU before Rust starts, from an
+    // `.init_array` constructor (`legacy_ml::core::isa::early`). Then the
+    // guard path is the C start-up code plus that constructor, and `main` and
+    // the rest are ordinary code at the row's baseline. (The row's `reject`
+    // cell proves at run time that the constructor runs first: `main` holds
+    // the feature's instructions, so anything else would die of SIGILL.)
+    let pre_main_guard = b.row.len() > b.target.len() && functions.iter().any(|f| is_pre_main_guard(&f.name));
+    if pre_main_guard {
+        exceptions.insert(
+            "pre-main guard: `legacy_ml::core::isa::early` checks the CPU from .init_array, so the guard path is \
+             start-up code plus that check, and main/the guard run at the row's baseline"
+                .to_string(),
+        );
+    }
     for f in functions {
-        let k = kind(&f.name);
+        let mut k = kind(&f.name);
+        if pre_main_guard && k == Kind::GuardPath && !is_c_startup(&f.name) && !is_pre_main_guard(&f.name) {
+            k = Kind::Other;
+        }
         match k {
             Kind::Kernel => res.kernel_functions.push(f.name.clone()),
             Kind::GuardPath => res.guard_path_functions.push(f.name.clone()),
@@ -547,5 +576,38 @@ Disassembly of section .text:
         let r = audit(Arch::Aarch64, &parse_objdump(dump), &b);
         assert!(r.ok, "{}", r.summary());
         assert_eq!(r.exceptions.len(), 1);
+    }
+
+    fn arm_fn(name: &str, insns: &[&str]) -> Function {
+        Function {
+            name: name.into(),
+            insns: insns
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Insn { addr: i as u64 * 4, bytes: String::new(), text: t.to_string() })
+                .collect(),
+        }
+    }
+
+    fn armv7_neon_row() -> Baselines {
+        Baselines {
+            target: vec!["vfpd32".into()],
+            row: vec!["vfpd32".into(), "neon".into()],
+            guard: vec!["neon".into()],
+        }
+    }
+
+    #[test]
+    fn crate_wide_neon_needs_the_pre_main_check() {
+        let main = arm_fn("main", &["push {r4, lr}", "vld1.64 {d16-d17}, [r4]"]);
+        let without = audit(Arch::Arm, &[main.clone()], &armv7_neon_row());
+        assert!(!without.ok, "NEON in main without a pre-main check must fail");
+        let check = arm_fn("legacy_ml::core::isa::early::neon_check", &["push {r4, lr}", "bl 1000 <getauxval@plt>"]);
+        let with = audit(Arch::Arm, &[main.clone(), check], &armv7_neon_row());
+        assert!(with.ok, "{}", with.summary());
+        let dirty = arm_fn("legacy_ml::core::isa::early::neon_check", &["vld1.64 {d16-d17}, [r4]"]);
+        let bad = audit(Arch::Arm, &[main, dirty], &armv7_neon_row());
+        assert!(!bad.ok, "NEON in the pre-main check itself must fail");
+        assert!(bad.summary().contains("neon_check"), "{}", bad.summary());
     }
 }
