@@ -116,7 +116,9 @@ const STARTUP: &[&str] = &[
 
 /// The pre-main CPU check of builds with a crate-wide ISA flag.
 fn is_pre_main_guard(symbol: &str) -> bool {
-    symbol.trim_start_matches('<').starts_with("legacy_ml::core::isa::early::")
+    symbol
+        .trim_start_matches('<')
+        .starts_with("legacy_ml::core::isa::early::")
 }
 
 /// C start-up code: runs before any constructor, so always at the target baseline.
@@ -584,7 +586,11 @@ Disassembly of section .text:
             insns: insns
                 .iter()
                 .enumerate()
-                .map(|(i, t)| Insn { addr: i as u64 * 4, bytes: String::new(), text: t.to_string() })
+                .map(|(i, t)| Insn {
+                    addr: i as u64 * 4,
+                    bytes: String::new(),
+                    text: t.to_string(),
+                })
                 .collect(),
         }
     }
@@ -602,7 +608,10 @@ Disassembly of section .text:
         let main = arm_fn("main", &["push {r4, lr}", "vld1.64 {d16-d17}, [r4]"]);
         let without = audit(Arch::Arm, &[main.clone()], &armv7_neon_row());
         assert!(!without.ok, "NEON in main without a pre-main check must fail");
-        let check = arm_fn("legacy_ml::core::isa::early::neon_check", &["push {r4, lr}", "bl 1000 <getauxval@plt>"]);
+        let check = arm_fn(
+            "legacy_ml::core::isa::early::neon_check",
+            &["push {r4, lr}", "bl 1000 <getauxval@plt>"],
+        );
         let with = audit(Arch::Arm, &[main.clone(), check], &armv7_neon_row());
         assert!(with.ok, "{}", with.summary());
         let dirty = arm_fn("legacy_ml::core::isa::early::neon_check", &["vld1.64 {d16-d17}, [r4]"]);
