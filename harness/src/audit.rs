@@ -606,7 +606,7 @@ Disassembly of section .text:
     #[test]
     fn crate_wide_neon_needs_the_pre_main_check() {
         let main = arm_fn("main", &["push {r4, lr}", "vld1.64 {d16-d17}, [r4]"]);
-        let without = audit(Arch::Arm, &[main.clone()], &armv7_neon_row());
+        let without = audit(Arch::Arm, std::slice::from_ref(&main), &armv7_neon_row());
         assert!(!without.ok, "NEON in main without a pre-main check must fail");
         let check = arm_fn(
             "legacy_ml::core::isa::early::neon_check",
