@@ -43,9 +43,32 @@ pub struct BenchArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
+    /// Time matvec at these shapes (ROWSxK, e.g. 49152x576) instead of the
+    /// built-in model shapes; may be repeated.
+    #[arg(long = "shape", value_parser = parse_shape)]
+    shapes: Vec<(usize, usize)>,
     #[command(flatten)]
     threads: super::ThreadsArg,
 }
+
+fn parse_shape(s: &str) -> std::result::Result<(usize, usize), String> {
+    let (r, k) = s
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("'{s}' is not ROWSxK, e.g. 4096x4096"))?;
+    let num = |v: &str| v.trim().parse::<usize>().map_err(|e| format!("'{v}' in '{s}': {e}"));
+    let (rows, k) = (num(r)?, num(k)?);
+    if rows == 0 || k == 0 || !k.is_multiple_of(QK) || rows.checked_mul(k).is_none_or(|n| n as u64 > 1u64 << 32) {
+        return Err(format!(
+            "'{s}': need rows ≥ 1, K a positive multiple of {QK}, rows×K ≤ 2^32"
+        ));
+    }
+    Ok((rows, k))
+}
+
+/// A matrix counts as out of cache when one pass over the whole rotation
+/// reads at least this much: several times any last-level cache in sight, so
+/// each matrix is evicted before it comes round again.
+const COLD_SET_BYTES: usize = 256 << 20;
 
 /// Matrix shapes (rows × K) that real models run, per model family.
 const SHAPES: &[(&str, usize, usize)] = &[
@@ -142,40 +165,68 @@ fn bench_threaded_matvec(seconds: f64, threads: usize) -> Result<Vec<KernelRow>>
     Ok(out)
 }
 
-fn bench_kernels(seconds: f64) -> Vec<KernelRow> {
-    let mut rng = Rng::new(1);
-    let mut rows_out = Vec::new();
-    for &(name, rows, cols) in SHAPES {
-        let x: Vec<f32> = (0..cols).map(|_| rng.symmetric(1.0)).collect();
-        let (mut xq, mut xd) = (vec![0i8; cols], vec![0.0f32; cols / QK]);
-        kernels::quantize_q8(&mut xq, &mut xd, &x);
-        for wtype in [WType::Q8_0, WType::Q4_0] {
-            let (q, d) = random_matrix(&mut rng, wtype, rows, cols);
+/// One matvec's best time at `rows`×`cols`: `hot` repeats one matrix (it
+/// stays in whatever cache holds it), cold rotates through copies that
+/// together far exceed the last-level cache, so every call streams its
+/// weights from memory as a model's decode step does.
+fn time_matvec(rng: &mut Rng, wtype: WType, rows: usize, cols: usize, cold: bool, seconds: f64) -> KernelRow {
+    let x: Vec<f32> = (0..cols).map(|_| rng.symmetric(1.0)).collect();
+    let (mut xq, mut xd) = (vec![0i8; cols], vec![0.0f32; cols / QK]);
+    kernels::quantize_q8(&mut xq, &mut xd, &x);
+    let (q, d) = random_matrix(rng, wtype, rows, cols);
+    let bytes = q.len() + d.len() * 4;
+    let copies = if cold { COLD_SET_BYTES.div_ceil(bytes).max(2) } else { 1 };
+    let mats: Vec<(Vec<u8>, Vec<f32>)> = (0..copies).map(|_| (q.clone(), d.clone())).collect();
+    let act = QAct { q: &xq, d: &xd };
+    let mut y = vec![0.0f32; rows];
+    let t = best_time(seconds, || {
+        for (q, d) in &mats {
             let w = QTensor {
                 wtype,
                 rows,
                 cols,
-                q: &q,
-                d: &d,
+                q,
+                d,
             };
-            let act = QAct { q: &xq, d: &xd };
-            let mut y = vec![0.0f32; rows];
-            let t = best_time(seconds, || {
-                match wtype {
-                    WType::Q8_0 => kernels::matvec_q8(&mut y, &w, &act, 0, rows),
-                    WType::Q4_0 => kernels::matvec_q4(&mut y, &w, &act, 0, rows),
-                }
-                black_box(&y);
-            });
-            rows_out.push(KernelRow {
-                threads: 1,
-                kernel: format!("matvec_{}", wtype.name()),
-                shape: format!("{name} ({rows}x{cols})"),
-                bytes: q.len() + d.len() * 4,
-                ops: 2 * rows * cols,
-                seconds: t.as_secs_f64(),
-            });
+            match wtype {
+                WType::Q8_0 => kernels::matvec_q8(&mut y, &w, &act, 0, rows),
+                WType::Q4_0 => kernels::matvec_q4(&mut y, &w, &act, 0, rows),
+            }
+            black_box(&y);
         }
+    });
+    KernelRow {
+        threads: 1,
+        kernel: format!("matvec_{}", wtype.name()),
+        shape: String::new(),
+        bytes,
+        ops: 2 * rows * cols,
+        seconds: t.as_secs_f64() / copies as f64,
+    }
+}
+
+fn bench_kernels(seconds: f64, custom: &[(usize, usize)]) -> Vec<KernelRow> {
+    let mut rng = Rng::new(1);
+    let mut rows_out = Vec::new();
+    let shapes: Vec<(String, usize, usize)> = if custom.is_empty() {
+        SHAPES.iter().map(|&(n, r, c)| (n.to_string(), r, c)).collect()
+    } else {
+        custom.iter().map(|&(r, c)| (format!("{r}x{c}"), r, c)).collect()
+    };
+    for (name, rows, cols) in shapes {
+        for wtype in [WType::Q8_0, WType::Q4_0] {
+            // Matrices under 1 MiB live in L2 inside a model too; only the
+            // larger ones are worth timing from memory.
+            let big = wtype.quant_bytes((rows * cols) as u64) >= 1 << 20;
+            for cold in [false, true].into_iter().filter(|&c| !c || big) {
+                let mut row = time_matvec(&mut rng, wtype, rows, cols, cold, seconds);
+                row.shape = format!("{name} ({rows}x{cols}){}", if cold { " cold" } else { "" });
+                rows_out.push(row);
+            }
+        }
+    }
+    if !custom.is_empty() {
+        return rows_out;
     }
     for n in [576usize, 4096] {
         let x: Vec<f32> = (0..n).map(|_| rng.symmetric(1.0)).collect();
@@ -312,7 +363,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut kernel_rows = Vec::new();
     if !a.no_kernels {
         eprintln!("bench: kernels...");
-        kernel_rows = bench_kernels(a.seconds);
+        kernel_rows = bench_kernels(a.seconds, &a.shapes);
         if threads > 1 {
             kernel_rows.extend(bench_threaded_matvec(a.seconds, threads)?);
         }
@@ -380,7 +431,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         w(
             &mut out,
             format!(
-                "{:<12} {:<30} {:>3} {:>10} {:>8} {:>8} {:>7}",
+                "{:<12} {:<35} {:>3} {:>10} {:>8} {:>8} {:>7}",
                 "kernel", "shape", "thr", "time (us)", "GB/s", "GOPS", "of bw"
             ),
         )?;
@@ -388,7 +439,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             w(
                 &mut out,
                 format!(
-                    "{:<12} {:<30} {:>3} {:>10.2} {:>8.2} {:>8.2} {:>6.0}%",
+                    "{:<12} {:<35} {:>3} {:>10.2} {:>8.2} {:>8.2} {:>6.0}%",
                     r.kernel,
                     r.shape,
                     r.threads,

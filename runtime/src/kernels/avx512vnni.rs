@@ -11,7 +11,10 @@
 //! multiplies unsigned by signed bytes, so the activation is made unsigned
 //! with vpabsb; AVX-512 has no vpsignb, so its sign is moved onto the weight
 //! with a masked subtract from zero under the activation's sign-bit mask
-//! (where the activation is 0, |x| = 0 already zeroes the product).
+//! (where the activation is 0, |x| = 0 already zeroes the product). Q4 row
+//! groups skip both: the nibbles are unsigned already, so they multiply the
+//! signed activation as they are and the accumulator starts at −8·Σx to
+//! re-centre them (`q4_pair_dot`).
 //!
 //! Only 512-bit EVEX forms and AVX2 (VEX) forms are used, never EVEX at 128
 //! or 256 bits, so AVX512VL is not required.
@@ -21,6 +24,7 @@ use std::arch::x86::*;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use super::prefetch;
 use crate::core::quant::{Q4_BLOCK_BYTES, QK};
 use crate::core::tensor::{QAct, QTensor};
 
@@ -120,18 +124,79 @@ unsafe fn pair_dot(w: __m512i, x: XPair) -> __m512i {
     _mm512_dpbusd_epi32(zero, x.abs, signed_w)
 }
 
-/// Per-block sums of four rows' pair dots:
-/// [a(b) b(b) c(b) d(b) a(b+1) b(b+1) c(b+1) d(b+1)].
+/// Per-lane sums of four rows' dot vectors: a 4×4 transpose-and-add within
+/// each 128-bit lane leaves lane L as [Σa, Σb, Σc, Σd] over that lane.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn hsum4_lanes(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m512i {
+    let ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    let cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd))
+}
+
+/// Per-block sums of four rows' pair dots whose lanes 0–1 hold block b and
+/// 2–3 block b+1: [a(b) b(b) c(b) d(b) a(b+1) b(b+1) c(b+1) d(b+1)].
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn hsum4x2_epi32(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m256i {
-    // A 4×4 transpose-and-add within each 128-bit lane leaves lane L as
-    // [Σa, Σb, Σc, Σd] over that lane; lanes 0–1 are block b, 2–3 block b+1.
-    let ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
-    let cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
-    let s = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    let s = hsum4_lanes(a, b, c, d);
     let s = _mm512_shuffle_i64x2(s, s, 0b11_01_10_00); // [L0 L2 L1 L3]
     _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1))
+}
+
+/// The per-block sums of four rows' Q4 pair dots (`q4_pair_dot`): lanes 0
+/// and 2 hold block b, 1 and 3 block b+1, and lanes 2–3 count 16× (they
+/// multiplied the high nibbles in place). Exact: those sums are multiples
+/// of 16, so the arithmetic shift divides without rounding.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn hsum4x2_q4_epi32(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m256i {
+    let s = hsum4_lanes(a, b, c, d);
+    _mm256_add_epi32(
+        _mm512_castsi512_si256(s),
+        _mm256_srai_epi32(_mm512_extracti64x4_epi64(s, 1), 4),
+    )
+}
+
+/// The Q4 fast path's activation pair: two blocks with their 128-bit lanes
+/// reordered to [b 0–15, b+1 0–15, b 16–31, b+1 16–31], the order of the
+/// nibbles `q4_pair_dot` lays out; and the accumulator start that
+/// re-centres them: −8·Σx against the low nibbles and −128·Σx against the
+/// high ones, which stay 16× their value. Σ(n−8)·x = Σn·x − 8·Σx exactly,
+/// in int32.
+#[derive(Clone, Copy)]
+struct XPairQ4 {
+    x: __m512i,
+    bias: __m512i,
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn x_pair_q4(xb: __m512i) -> XPairQ4 {
+    let x = _mm512_shuffle_i64x2(xb, xb, 0b11_01_10_00);
+    let zero = _mm512_setzero_si512();
+    // vpdpbusd multiplies unsigned (8, 128) by signed (x) bytes.
+    let centre = _mm512_inserti64x4(_mm512_set1_epi8(8), _mm256_set1_epi8(-128), 1);
+    XPairQ4 {
+        x,
+        bias: _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, centre, x)),
+    }
+}
+
+/// Two packed Q4 blocks (32 bytes at `p`) dotted with an activation pair.
+/// The nibbles stay unsigned, the multiplicand vpdpbusd wants, and the high
+/// ones are masked in place rather than shifted down (`hsum4x2_q4_epi32`
+/// divides their sums by 16), so a pair costs a broadcast load, one mask and
+/// one vpdpbusd.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn q4_pair_dot(p: *const u8, x: XPairQ4) -> __m512i {
+    let packed = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()));
+    let nibbles = _mm512_and_si512(
+        packed,
+        _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8(0xF0u8 as i8), 1),
+    );
+    _mm512_dpbusd_epi32(x.bias, nibbles, x.x)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -141,10 +206,6 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
     let v = _mm_hadd_epi32(v, v);
     _mm_cvtsi128_si32(_mm_hadd_epi32(v, v))
 }
-
-/// How many rows ahead matvec prefetches weights (measured with `ml bench`
-/// on SmolLM2's 49152x576 classifier: 8 and 32 were slower).
-const PREFETCH_ROWS: usize = 16;
 
 /// Rows four at a time, blocks two at a time, each activation pair loaded
 /// once for all four rows; an odd last block runs with zeros in its second
@@ -186,24 +247,42 @@ unsafe fn matvec<const Q4: bool>(
                 *wd.add(r * nb + b),
             )
         };
+        // Scales of rows r..r+4 for blocks b and b+1, as [dw4(b), dw4(b+1)]:
+        // each row's two are adjacent, so four 8-byte loads and a transpose.
+        let dw4x2 = |b: usize| {
+            let two = |j: usize, k: usize| {
+                let lo = _mm_load_sd(wd.add((r + j) * nb + b).cast());
+                _mm_castpd_ps(_mm_loadh_pd(lo, wd.add((r + k) * nb + b).cast()))
+            };
+            let (v01, v23) = (two(0, 1), two(2, 3)); // [a(b) a(b+1) b(b) b(b+1)], rows 2–3 alike
+            _mm256_set_m128(
+                _mm_shuffle_ps::<0b11_01_11_01>(v01, v23),
+                _mm_shuffle_ps::<0b10_00_10_00>(v01, v23),
+            )
+        };
         let mut acc = _mm256_setzero_ps();
         for p in 0..pairs {
             let b = 2 * p;
-            let xb = x2(b);
-            // The hardware prefetcher loses track of four interleaved short
-            // rows; ask for the lines a few groups ahead. wrapping_add: the
-            // address may lie past the matrix, which a prefetch never faults on.
-            for j in 0..4 {
-                _mm_prefetch::<_MM_HINT_T0>(wq.wrapping_add((r + j + PREFETCH_ROWS) * stride + b * bb).cast());
-            }
-            let sumi = hsum4x2_epi32(
-                pair_dot(load_w2::<Q4>(row(0).add(b * bb)), xb),
-                pair_dot(load_w2::<Q4>(row(1).add(b * bb)), xb),
-                pair_dot(load_w2::<Q4>(row(2).add(b * bb)), xb),
-                pair_dot(load_w2::<Q4>(row(3).add(b * bb)), xb),
-            );
+            prefetch::row_group(wq, wd, stride, nb, r, b, 2, bb);
+            let sumi = if Q4 {
+                let xb = x_pair_q4(_mm512_loadu_si512(xq.add(b * QK).cast()));
+                hsum4x2_q4_epi32(
+                    q4_pair_dot(row(0).add(b * bb), xb),
+                    q4_pair_dot(row(1).add(b * bb), xb),
+                    q4_pair_dot(row(2).add(b * bb), xb),
+                    q4_pair_dot(row(3).add(b * bb), xb),
+                )
+            } else {
+                let xb = x2(b);
+                hsum4x2_epi32(
+                    pair_dot(load_w2::<Q4>(row(0).add(b * bb)), xb),
+                    pair_dot(load_w2::<Q4>(row(1).add(b * bb)), xb),
+                    pair_dot(load_w2::<Q4>(row(2).add(b * bb)), xb),
+                    pair_dot(load_w2::<Q4>(row(3).add(b * bb)), xb),
+                )
+            };
             let dx = _mm256_set_m128(_mm_set1_ps(*xd.add(b + 1)), _mm_set1_ps(*xd.add(b)));
-            let dw = _mm256_set_m128(dw4(b + 1), dw4(b));
+            let dw = dw4x2(b);
             acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dw), dx, acc);
         }
         if nb % 2 == 1 {

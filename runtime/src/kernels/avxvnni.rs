@@ -17,6 +17,7 @@ use std::arch::x86::*;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use super::prefetch;
 use crate::core::quant::{Q4_BLOCK_BYTES, QK};
 use crate::core::tensor::{QAct, QTensor};
 
@@ -107,6 +108,7 @@ unsafe fn matvec<const Q4: bool>(
         let row = |j: usize| wq.add((r + j) * stride);
         let mut acc = _mm_setzero_ps();
         for b in 0..nb {
+            prefetch::row_group(wq, wd, stride, nb, r, b, 1, bb);
             let xv = _mm256_loadu_si256(xq.add(b * QK).cast());
             let xabs = _mm256_abs_epi8(xv);
             let sumi = hsum4_epi32(

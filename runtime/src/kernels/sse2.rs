@@ -19,6 +19,7 @@ use std::arch::x86::*;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use super::prefetch;
 use crate::core::quant::{Q4_BLOCK_BYTES, QK};
 use crate::core::tensor::{QAct, QTensor};
 
@@ -146,6 +147,7 @@ unsafe fn matvec<const Q4: bool>(
         let row = |j: usize| wq.add((r + j) * stride);
         let mut acc = _mm_setzero_ps();
         for b in 0..nb {
+            prefetch::row_group(wq, wd, stride, nb, r, b, 1, bb);
             let xv = load_x(b);
             let sumi = hsum4_epi32(
                 block_dot(load_w::<Q4>(row(0).add(b * bb)), &xv),

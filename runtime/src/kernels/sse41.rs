@@ -16,6 +16,7 @@ use std::arch::x86::*;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use super::prefetch;
 use crate::core::quant::{Q4_BLOCK_BYTES, QK};
 use crate::core::tensor::{QAct, QTensor};
 
@@ -108,6 +109,7 @@ unsafe fn matvec<const Q4: bool>(
         let row = |j: usize| wq.add((r + j) * stride);
         let mut acc = _mm_setzero_ps();
         for b in 0..nb {
+            prefetch::row_group(wq, wd, stride, nb, r, b, 1, bb);
             let xb = load_x(b);
             let d0 = block_dot(load_w::<Q4>(row(0).add(b * bb)), &xb);
             let d1 = block_dot(load_w::<Q4>(row(1).add(b * bb)), &xb);
