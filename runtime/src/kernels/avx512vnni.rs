@@ -199,6 +199,50 @@ unsafe fn q4_pair_dot(p: *const u8, x: XPairQ4) -> __m512i {
     _mm512_dpbusd_epi32(x.bias, nibbles, x.x)
 }
 
+/// The Q4 quad path's activations: four blocks as their first halves
+/// [b 0–15, b+1 0–15, b+2 0–15, b+3 0–15] (against the low nibbles) and
+/// their second halves (against the high nibbles), and the accumulator
+/// start −8·Σx that re-centres the unsigned nibbles exactly, in int32.
+#[derive(Clone, Copy)]
+struct XQuadQ4 {
+    lo: __m512i,
+    hi: __m512i,
+    bias: __m512i,
+}
+
+/// Safety: AVX-512 F/BW/VNNI; `x` is valid for 4·QK bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn x_quad_q4(x: *const i8) -> XQuadQ4 {
+    let (a, b) = (_mm512_loadu_si512(x.cast()), _mm512_loadu_si512(x.add(2 * QK).cast()));
+    let lo = _mm512_shuffle_i64x2(a, b, 0b10_00_10_00);
+    let hi = _mm512_shuffle_i64x2(a, b, 0b11_01_11_01);
+    let (zero, eight) = (_mm512_setzero_si512(), _mm512_set1_epi8(8));
+    // vpdpbusd multiplies unsigned (8) by signed (x) bytes.
+    let eight_x = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, eight, lo), eight, hi);
+    XQuadQ4 {
+        lo,
+        hi,
+        bias: _mm512_sub_epi32(zero, eight_x),
+    }
+}
+
+/// Four packed Q4 blocks (64 bytes at `p`) dotted with an activation quad:
+/// int32 lane group L (128 bits) holds partial sums of block b+L. The
+/// nibbles stay unsigned, the multiplicand vpdpbusd wants: one load, two
+/// masks, a shift and two vpdpbusd per 128 weights.
+///
+/// Safety: AVX-512 F/BW/VNNI; `p` is valid for 64 bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn q4_quad_dot(p: *const u8, x: XQuadQ4) -> __m512i {
+    let packed = _mm512_loadu_si512(p.cast());
+    let mask = _mm512_set1_epi8(0x0F);
+    let lo = _mm512_and_si512(packed, mask);
+    let hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), mask);
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(x.bias, lo, x.lo), hi, x.hi)
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn hsum_epi32(v: __m256i) -> i32 {
@@ -232,7 +276,8 @@ unsafe fn matvec<const Q4: bool>(
 ) {
     let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
     let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
-    let pairs = nb / 2;
+    let quads = if Q4 { nb / 4 } else { 0 };
+    let pairs = (nb - 4 * quads) / 2;
     let x2 = |b: usize| x_pair(_mm512_loadu_si512(xq.add(b * QK).cast()));
     let x1 = |b: usize| x_pair(_mm512_zextsi256_si512(_mm256_loadu_si256(xq.add(b * QK).cast())));
     let mut r = r0;
@@ -260,9 +305,44 @@ unsafe fn matvec<const Q4: bool>(
                 _mm_shuffle_ps::<0b10_00_10_00>(v01, v23),
             )
         };
+        // Q4 runs whole quads of blocks first: four rows × four blocks make
+        // one 16-lane vector of int32 sums, lane group L for block b+L, each
+        // lane a running fma(sumi·dw, dx, acc) of its own.
+        let mut acc4 = _mm512_setzero_ps();
+        for qd in 0..quads {
+            let b = 4 * qd;
+            prefetch::row_group(wq, wd, stride, nb, r, b, 4, bb);
+            let xb = x_quad_q4(xq.add(b * QK));
+            let sumi = hsum4_lanes(
+                q4_quad_dot(row(0).add(b * bb), xb),
+                q4_quad_dot(row(1).add(b * bb), xb),
+                q4_quad_dot(row(2).add(b * bb), xb),
+                q4_quad_dot(row(3).add(b * bb), xb),
+            );
+            // Lane group j holds row j's four scales; transpose to group L = block b+L.
+            let scales = |j: usize| _mm_loadu_ps(wd.add((r + j) * nb + b));
+            let by_row = _mm512_insertf32x4(
+                _mm512_insertf32x4(
+                    _mm512_insertf32x4(_mm512_castps128_ps512(scales(0)), scales(1), 1),
+                    scales(2),
+                    2,
+                ),
+                scales(3),
+                3,
+            );
+            let dw = _mm512_permutexvar_ps(
+                _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0),
+                by_row,
+            );
+            let dx = _mm512_permutexvar_ps(
+                _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                _mm512_castps128_ps512(_mm_loadu_ps(xd.add(b))),
+            );
+            acc4 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sumi), dw), dx, acc4);
+        }
         let mut acc = _mm256_setzero_ps();
         for p in 0..pairs {
-            let b = 2 * p;
+            let b = 4 * quads + 2 * p;
             prefetch::row_group(wq, wd, stride, nb, r, b, 2, bb);
             let sumi = if Q4 {
                 let xb = x_pair_q4(_mm512_loadu_si512(xq.add(b * QK).cast()));
@@ -299,16 +379,39 @@ unsafe fn matvec<const Q4: bool>(
             let even = _mm_fmadd_ps(t, _mm_set1_ps(*xd.add(b)), _mm256_castps256_ps128(acc));
             acc = _mm256_insertf128_ps(acc, even, 0);
         }
-        let sums = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        let mut sums = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        if Q4 {
+            // ((L0 + L2) + (L1 + L3)) + (even + odd), as the tail adds them.
+            let q = _mm256_add_ps(
+                _mm512_castps512_ps256(acc4),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc4), 1)),
+            );
+            sums = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)), sums);
+        }
         _mm_storeu_ps(y.add(r - r0), sums);
         r += 4;
     }
     while r < r1 {
         let row = wq.add(r * stride);
         let dw = |b: usize| *wd.add(r * nb + b);
+        // The group's quad lanes, block by block in the same order.
+        let mut quad = [0.0f32; 4];
+        for qd in 0..quads {
+            for half in 0..2 {
+                let b = 4 * qd + 2 * half;
+                let v = pair_dot(load_w2::<Q4>(row.add(b * bb)), x2(b));
+                for (i, sumi) in [_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let lane = &mut quad[2 * half + i];
+                    *lane = (hsum_epi32(sumi) as f32 * dw(b + i)).mul_add(*xd.add(b + i), *lane);
+                }
+            }
+        }
         let (mut even, mut odd) = (0.0f32, 0.0f32);
         for p in 0..pairs {
-            let b = 2 * p;
+            let b = 4 * quads + 2 * p;
             let v = pair_dot(load_w2::<Q4>(row.add(b * bb)), x2(b));
             let lo = hsum_epi32(_mm512_castsi512_si256(v));
             let hi = hsum_epi32(_mm512_extracti64x4_epi64(v, 1));
@@ -321,7 +424,11 @@ unsafe fn matvec<const Q4: bool>(
             let lo = hsum_epi32(_mm512_castsi512_si256(v));
             even = (lo as f32 * dw(b)).mul_add(*xd.add(b), even);
         }
-        *y.add(r - r0) = even + odd;
+        *y.add(r - r0) = if Q4 {
+            ((quad[0] + quad[2]) + (quad[1] + quad[3])) + (even + odd)
+        } else {
+            even + odd
+        };
         r += 1;
     }
 }

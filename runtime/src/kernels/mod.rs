@@ -170,8 +170,7 @@ pub const REQUIRED_FEATURES: &[&str] = active::REQUIRED_FEATURES;
 /// prefetching into L1 (T0) only about half, since each L1 prefetch holds
 /// one of the few L1 miss buffers for a whole DRAM round trip. Into L2 (T1)
 /// and 16 KiB ahead of each row stream (8 and 32 KiB were no better) the
-/// kernels stream at 85–90 % of it; the small scale stream gets one line
-/// prefetch per 32 bytes consumed.
+/// kernels stream at 85–90 % of it.
 #[cfg(all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")))]
 pub(crate) mod prefetch {
     #[cfg(target_arch = "x86")]
@@ -181,8 +180,6 @@ pub(crate) mod prefetch {
 
     /// Bytes ahead of the current position in each weight row stream.
     pub const WEIGHTS_AHEAD: usize = 16 << 10;
-    /// Bytes ahead of the current position in the scale stream.
-    pub const SCALES_AHEAD: usize = 1 << 10;
 
     /// Asks for the line holding `p` in L2. `p` may point anywhere, past
     /// the end of the matrix included: a prefetch never faults.
@@ -216,9 +213,12 @@ pub(crate) mod prefetch {
                 to_l2(wq.wrapping_add((r + j) * stride + offset + WEIGHTS_AHEAD));
             }
         }
-        // The group's scales are 4·nb contiguous floats, 16 bytes per block.
+        // The group's scales are 4·nb contiguous floats, 16 bytes per block
+        // while the weights advance 4·block_bytes: ask for them as many
+        // blocks ahead as the weights, so both arrive in time.
         if b % 4 < blocks {
-            to_l2(wd.wrapping_add(r * nb + 4 * b).cast::<u8>().wrapping_add(SCALES_AHEAD));
+            let ahead = WEIGHTS_AHEAD * 4 / block_bytes;
+            to_l2(wd.wrapping_add(r * nb + 4 * b).cast::<u8>().wrapping_add(ahead));
         }
     }
 }
