@@ -92,6 +92,52 @@ impl Exec {
     }
 }
 
+impl Exec {
+    /// y_m = W_m · x for matrices that read the same activation (wq, wk and
+    /// wv; w1 and w3) in one pass of the pool, so the threads meet once
+    /// instead of once per matrix. Their 4-row groups are laid end to end
+    /// and split between threads in contiguous runs; each matrix's share
+    /// still starts on one of its own group boundaries, so every row is
+    /// computed by the same code whatever the thread count.
+    pub fn matvecs<const N: usize>(&self, ys: [&mut [f32]; N], ws: [&QTensor; N], x: &QAct) {
+        let groups = ws.map(|w| w.rows.div_ceil(4));
+        let total: usize = groups.iter().sum();
+        let per = self.units_per_thread(total, 1);
+        let mut rest = ys;
+        for (y, w) in rest.iter_mut().zip(ws) {
+            debug_assert!(y.len() >= w.rows && x.len() == w.cols);
+            let whole = std::mem::take(y);
+            *y = &mut whole[..w.rows];
+        }
+        let parts = (0..total.div_ceil(per)).map(move |t| {
+            let (g0, g1) = (t * per, ((t + 1) * per).min(total));
+            let mut segments: [Option<(usize, usize, &mut [f32])>; N] = std::array::from_fn(|_| None);
+            let mut first = 0;
+            for m in 0..N {
+                let (a, b) = (g0.max(first), g1.min(first + groups[m]));
+                if a < b {
+                    let (r0, r1) = (4 * (a - first), (4 * (b - first)).min(ws[m].rows));
+                    let (mine, left) = std::mem::take(&mut rest[m]).split_at_mut(r1 - r0);
+                    rest[m] = left;
+                    segments[m] = Some((r0, r1, mine));
+                }
+                first += groups[m];
+            }
+            segments
+        });
+        self.for_parts(parts, &|segments| {
+            for (m, segment) in segments.into_iter().enumerate() {
+                if let Some((r0, r1, y)) = segment {
+                    match ws[m].wtype {
+                        WType::Q8_0 => kernels::matvec_q8(y, ws[m], x, r0, r1),
+                        WType::Q4_0 => kernels::matvec_q4(y, ws[m], x, r0, r1),
+                    }
+                }
+            }
+        });
+    }
+}
+
 /// Quantizes `x` into the Q8_0 activation buffers and returns the view.
 pub fn quantize<'a>(q: &'a mut [i8], d: &'a mut [f32], x: &[f32]) -> QAct<'a> {
     let n = x.len();

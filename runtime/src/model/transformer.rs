@@ -277,9 +277,7 @@ impl<'m> Transformer<'m> {
             let row = (l * seq + pos) * kv_dim;
             let k = &mut b.key_cache[row..row + kv_dim];
             let v = &mut b.value_cache[row..row + kv_dim];
-            exec.matvec(b.q, &lw.wq, &qa);
-            exec.matvec(k, &lw.wk, &qa);
-            exec.matvec(v, &lw.wv, &qa);
+            exec.matvecs([&mut *b.q, &mut *k, &mut *v], [&lw.wq, &lw.wk, &lw.wv], &qa);
             ops::rope(b.q, k, cos, sin, head_dim, n_heads, n_kv_heads);
 
             // Heads are independent: split them between threads.
@@ -317,8 +315,7 @@ impl<'m> Transformer<'m> {
             // Feed-forward: w2 · (silu(w1 · h) ⊙ (w3 · h)).
             ops::rmsnorm(b.xb, b.x, lw.ffn_norm, h.norm_eps);
             let qa = ops::quantize(b.act_q, b.act_d, b.xb);
-            exec.matvec(b.hb, &lw.w1, &qa);
-            exec.matvec(b.hb2, &lw.w3, &qa);
+            exec.matvecs([&mut *b.hb, &mut *b.hb2], [&lw.w1, &lw.w3], &qa);
             ops::silu_mul(b.hb, b.hb2);
             let qa = ops::quantize(b.act_q, b.act_d, b.hb);
             exec.matvec(b.xb2, &lw.w2, &qa);
@@ -327,6 +324,16 @@ impl<'m> Transformer<'m> {
         ops::rmsnorm(b.xb, b.x, weights.final_norm, h.norm_eps);
         let qa = ops::quantize(b.act_q, b.act_d, b.xb);
         exec.matvec(b.logits, &weights.wcls, &qa);
+        // Finite scales and norm weights (checked at load) can still
+        // overflow f32 on the way (a scale of 1e38, say): such a model's
+        // logits are not a distribution, and callers are told so.
+        if let Some(i) = b.logits.iter().position(|v| !v.is_finite()) {
+            return Err(MlError::format(format!(
+                "logit {i} is {} at position {pos}: the model's weights overflow f32 (corrupt or badly scaled \
+                 tensor values)",
+                b.logits[i]
+            )));
+        }
         Ok(b.logits)
     }
 }
