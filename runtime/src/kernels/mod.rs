@@ -164,6 +164,34 @@ pub const TIER: &str = active::TIER;
 /// execute; `core::isa` checks them before any kernel can run.
 pub const REQUIRED_FEATURES: &[&str] = active::REQUIRED_FEATURES;
 
+/// Asks for the cache lines of the `len` floats from `p` on, to be read
+/// soon (attention's key and value rows, a few positions ahead: they come
+/// from L3 or memory, since each layer's weights stream through the caches
+/// between two visits). A hint: it never faults, whatever the address, and
+/// changes no result; a no-op on targets without a stable prefetch.
+#[inline(always)]
+pub fn prefetch_f32(p: *const f32, len: usize) {
+    for line in (0..len).step_by(16) {
+        let _a = p.wrapping_add(line);
+        #[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(miri)))]
+        // SAFETY: prefetcht0 is in every x86-64 and in the i686 target's
+        // SSE baseline; it reads nothing architecturally and cannot fault.
+        unsafe {
+            #[cfg(target_arch = "x86")]
+            use std::arch::x86::{_mm_prefetch, _MM_HINT_T0};
+            #[cfg(target_arch = "x86_64")]
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(_a.cast())
+        }
+        #[cfg(all(target_arch = "aarch64", not(miri)))]
+        // SAFETY: prfm is a hint in the AArch64 base ISA: no architectural
+        // read, no fault, no flags or stack touched.
+        unsafe {
+            std::arch::asm!("prfm pldl1keep, [{0}]", in(reg) _a, options(nostack, readonly, preserves_flags))
+        }
+    }
+}
+
 /// Software prefetch for the x86 matvecs. Measured with `ml bench --shape`
 /// on a Zen 4 (cold, i.e. streamed from DRAM): at K = 576 the hardware
 /// prefetchers alone reach about a third of the read bandwidth, and
