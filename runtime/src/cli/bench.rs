@@ -6,6 +6,7 @@
 //! the fraction of it reached says how much speed is left on the table.
 
 use super::stdout_error;
+use legacy_ml::core::aligned::{bytes_as_f32, AlignedBytes};
 use legacy_ml::core::quant::QK;
 use legacy_ml::core::rng::Rng;
 use legacy_ml::core::tensor::{QAct, QTensor, WType};
@@ -14,6 +15,7 @@ use legacy_ml::model::format::TensorKind;
 use legacy_ml::model::sampler::argmax;
 use legacy_ml::model::transformer::Transformer;
 use legacy_ml::model::Model;
+use legacy_ml::ops::Exec;
 use legacy_ml::Result;
 use std::hint::black_box;
 use std::io::Write;
@@ -117,95 +119,119 @@ impl KernelRow {
     }
 }
 
-fn random_matrix(rng: &mut Rng, wtype: WType, rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
-    let q_bytes = wtype.quant_bytes((rows * cols) as u64) as usize;
-    let q = (0..q_bytes)
-        .map(|_| match wtype {
-            WType::Q8_0 => (rng.next_u32() % 255) as u8 ^ 0x80,
-            WType::Q4_0 => rng.next_u32() as u8,
-        })
-        .collect();
-    let d = (0..rows * cols / QK).map(|_| rng.next_f32() * 0.01).collect();
-    (q, d)
+/// `copies` random matrices of one shape, back to back in the same kind of
+/// memory a model is read into (`AlignedBytes`: huge pages where the OS has
+/// them).
+struct Matrices {
+    wtype: WType,
+    rows: usize,
+    cols: usize,
+    copies: usize,
+    q: AlignedBytes,
+    d: AlignedBytes,
 }
 
-/// matvec at the largest shape through the thread pool, as the model runs it.
-fn bench_threaded_matvec(seconds: f64, threads: usize) -> Result<Vec<KernelRow>> {
-    let exec = legacy_ml::ops::Exec::new(threads)?;
-    let (rows, cols) = (4096, 4096);
-    let mut rng = Rng::new(2);
-    let x: Vec<f32> = (0..cols).map(|_| rng.symmetric(1.0)).collect();
-    let (mut xq, mut xd) = (vec![0i8; cols], vec![0.0f32; cols / QK]);
-    kernels::quantize_q8(&mut xq, &mut xd, &x);
-    let mut out = Vec::new();
-    for wtype in [WType::Q8_0, WType::Q4_0] {
-        let (q, d) = random_matrix(&mut rng, wtype, rows, cols);
-        let w = QTensor {
+impl Matrices {
+    fn random(rng: &mut Rng, wtype: WType, rows: usize, cols: usize, copies: usize) -> Result<Matrices> {
+        let q_len = wtype.quant_bytes((rows * cols) as u64) as usize;
+        let d_len = rows * cols / QK * 4;
+        let mut q = AlignedBytes::zeroed(q_len * copies, "benchmark weights")?;
+        let mut d = AlignedBytes::zeroed(d_len * copies, "benchmark scales")?;
+        for b in &mut q.as_bytes_mut()[..q_len] {
+            *b = match wtype {
+                WType::Q8_0 => (rng.next_u32() % 255) as u8 ^ 0x80,
+                WType::Q4_0 => rng.next_u32() as u8,
+            };
+        }
+        for s in d.as_bytes_mut()[..d_len].chunks_exact_mut(4) {
+            s.copy_from_slice(&(rng.next_f32() * 0.01).to_le_bytes());
+        }
+        for c in 1..copies {
+            q.as_bytes_mut().copy_within(..q_len, c * q_len);
+            d.as_bytes_mut().copy_within(..d_len, c * d_len);
+        }
+        Ok(Matrices {
             wtype,
             rows,
             cols,
-            q: &q,
-            d: &d,
-        };
-        let act = QAct { q: &xq, d: &xd };
-        let mut y = vec![0.0f32; rows];
-        let t = best_time(seconds, || {
-            exec.matvec(&mut y, &w, &act);
+            copies,
+            q,
+            d,
+        })
+    }
+
+    fn bytes_each(&self) -> usize {
+        (self.q.len() + self.d.len()) / self.copies
+    }
+
+    fn view(&self, i: usize) -> Result<QTensor<'_>> {
+        let (q_len, d_len) = (self.q.len() / self.copies, self.d.len() / self.copies);
+        Ok(QTensor {
+            wtype: self.wtype,
+            rows: self.rows,
+            cols: self.cols,
+            q: &self.q.as_bytes()[i * q_len..(i + 1) * q_len],
+            d: bytes_as_f32(&self.d.as_bytes()[i * d_len..(i + 1) * d_len])?,
+        })
+    }
+}
+
+/// One matvec's best time at `rows`×`cols` through `exec` (its threads, as
+/// the model runs it): hot repeats one matrix (it stays in whatever cache
+/// holds it); cold rotates through copies that together far exceed the
+/// last-level cache, so every call streams its weights from memory as a
+/// model's decode step does.
+fn time_matvec(
+    exec: &Exec,
+    rng: &mut Rng,
+    wtype: WType,
+    (rows, cols): (usize, usize),
+    cold: bool,
+    seconds: f64,
+) -> Result<KernelRow> {
+    let x: Vec<f32> = (0..cols).map(|_| rng.symmetric(1.0)).collect();
+    let (mut xq, mut xd) = (vec![0i8; cols], vec![0.0f32; cols / QK]);
+    kernels::quantize_q8(&mut xq, &mut xd, &x);
+    let bytes = wtype.quant_bytes((rows * cols) as u64) as usize + rows * cols / QK * 4;
+    let copies = if cold { COLD_SET_BYTES.div_ceil(bytes).max(2) } else { 1 };
+    let mats = Matrices::random(rng, wtype, rows, cols, copies)?;
+    let views = (0..copies).map(|i| mats.view(i)).collect::<Result<Vec<_>>>()?;
+    let act = QAct { q: &xq, d: &xd };
+    let mut y = vec![0.0f32; rows];
+    let t = best_time(seconds, || {
+        for w in &views {
+            exec.matvec(&mut y, w, &act);
             black_box(&y);
-        });
-        out.push(KernelRow {
-            threads: exec.threads(),
-            kernel: format!("matvec_{}", wtype.name()),
-            shape: format!("4096x4096 ({rows}x{cols})"),
-            bytes: q.len() + d.len() * 4,
-            ops: 2 * rows * cols,
-            seconds: t.as_secs_f64(),
-        });
+        }
+    });
+    Ok(KernelRow {
+        threads: exec.threads(),
+        kernel: format!("matvec_{}", wtype.name()),
+        shape: String::new(),
+        bytes: mats.bytes_each(),
+        ops: 2 * rows * cols,
+        seconds: t.as_secs_f64() / copies as f64,
+    })
+}
+
+/// matvec at the largest shape through the thread pool, as the model runs
+/// it, in and out of cache.
+fn bench_threaded_matvec(seconds: f64, threads: usize) -> Result<Vec<KernelRow>> {
+    let exec = Exec::new(threads)?;
+    let mut rng = Rng::new(2);
+    let mut out = Vec::new();
+    for wtype in [WType::Q8_0, WType::Q4_0] {
+        for cold in [false, true] {
+            let mut row = time_matvec(&exec, &mut rng, wtype, (4096, 4096), cold, seconds)?;
+            row.shape = format!("4096x4096 (4096x4096){}", if cold { " cold" } else { "" });
+            out.push(row);
+        }
     }
     Ok(out)
 }
 
-/// One matvec's best time at `rows`×`cols`: `hot` repeats one matrix (it
-/// stays in whatever cache holds it), cold rotates through copies that
-/// together far exceed the last-level cache, so every call streams its
-/// weights from memory as a model's decode step does.
-fn time_matvec(rng: &mut Rng, wtype: WType, rows: usize, cols: usize, cold: bool, seconds: f64) -> KernelRow {
-    let x: Vec<f32> = (0..cols).map(|_| rng.symmetric(1.0)).collect();
-    let (mut xq, mut xd) = (vec![0i8; cols], vec![0.0f32; cols / QK]);
-    kernels::quantize_q8(&mut xq, &mut xd, &x);
-    let (q, d) = random_matrix(rng, wtype, rows, cols);
-    let bytes = q.len() + d.len() * 4;
-    let copies = if cold { COLD_SET_BYTES.div_ceil(bytes).max(2) } else { 1 };
-    let mats: Vec<(Vec<u8>, Vec<f32>)> = (0..copies).map(|_| (q.clone(), d.clone())).collect();
-    let act = QAct { q: &xq, d: &xd };
-    let mut y = vec![0.0f32; rows];
-    let t = best_time(seconds, || {
-        for (q, d) in &mats {
-            let w = QTensor {
-                wtype,
-                rows,
-                cols,
-                q,
-                d,
-            };
-            match wtype {
-                WType::Q8_0 => kernels::matvec_q8(&mut y, &w, &act, 0, rows),
-                WType::Q4_0 => kernels::matvec_q4(&mut y, &w, &act, 0, rows),
-            }
-            black_box(&y);
-        }
-    });
-    KernelRow {
-        threads: 1,
-        kernel: format!("matvec_{}", wtype.name()),
-        shape: String::new(),
-        bytes,
-        ops: 2 * rows * cols,
-        seconds: t.as_secs_f64() / copies as f64,
-    }
-}
-
-fn bench_kernels(seconds: f64, custom: &[(usize, usize)]) -> Vec<KernelRow> {
+fn bench_kernels(seconds: f64, custom: &[(usize, usize)]) -> Result<Vec<KernelRow>> {
+    let exec = Exec::new(1)?;
     let mut rng = Rng::new(1);
     let mut rows_out = Vec::new();
     let shapes: Vec<(String, usize, usize)> = if custom.is_empty() {
@@ -219,14 +245,14 @@ fn bench_kernels(seconds: f64, custom: &[(usize, usize)]) -> Vec<KernelRow> {
             // larger ones are worth timing from memory.
             let big = wtype.quant_bytes((rows * cols) as u64) >= 1 << 20;
             for cold in [false, true].into_iter().filter(|&c| !c || big) {
-                let mut row = time_matvec(&mut rng, wtype, rows, cols, cold, seconds);
+                let mut row = time_matvec(&exec, &mut rng, wtype, (rows, cols), cold, seconds)?;
                 row.shape = format!("{name} ({rows}x{cols}){}", if cold { " cold" } else { "" });
                 rows_out.push(row);
             }
         }
     }
     if !custom.is_empty() {
-        return rows_out;
+        return Ok(rows_out);
     }
     for n in [576usize, 4096] {
         let x: Vec<f32> = (0..n).map(|_| rng.symmetric(1.0)).collect();
@@ -257,39 +283,44 @@ fn bench_kernels(seconds: f64, custom: &[(usize, usize)]) -> Vec<KernelRow> {
         });
         push("dot_f32", n * 8, 2 * n, t);
     }
-    rows_out
+    Ok(rows_out)
 }
 
 /// Read bandwidth in GB/s: sums a buffer far larger than any cache, with
 /// `threads` threads each streaming its own slice.
-fn probe_bandwidth(mib: usize, threads: usize, seconds: f64) -> f64 {
-    let words = mib * 1024 * 1024 / 8;
-    let buf: Vec<u64> = (0..words as u64).collect();
-    let chunk = words.div_ceil(threads.max(1));
+fn probe_bandwidth(mib: usize, threads: usize, seconds: f64) -> Result<f64> {
+    // The same kind of memory a model is read into (AlignedBytes: huge
+    // pages where the OS has them), so the roofline holds the model to the
+    // bandwidth its own weights could stream at.
+    let mut buf = AlignedBytes::zeroed(mib << 20, "bandwidth probe buffer")?;
+    for (i, b) in buf.as_bytes_mut().iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    let bytes = buf.as_bytes();
+    let chunk = bytes.len().div_ceil(threads.max(1)).next_multiple_of(64);
     let t = best_time(seconds, || {
         std::thread::scope(|s| {
-            for part in buf.chunks(chunk) {
+            for part in bytes.chunks(chunk) {
                 s.spawn(move || black_box(sum_words(part)));
             }
         });
     });
-    (words * 8) as f64 / t.as_secs_f64() / 1e9
+    Ok(bytes.len() as f64 / t.as_secs_f64() / 1e9)
 }
 
-/// Four independent accumulators so the loop is bound by loads, not by
-/// one add chain.
-fn sum_words(words: &[u64]) -> u64 {
+/// Sums the buffer as little-endian u64 words with four independent
+/// accumulators, so the loop is bound by loads, not by one add chain.
+fn sum_words(bytes: &[u8]) -> u64 {
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
     let mut acc = [0u64; 4];
-    let mut chunks = words.chunks_exact(4);
+    let mut chunks = bytes.chunks_exact(32);
     for c in &mut chunks {
-        for i in 0..4 {
-            acc[i] = acc[i].wrapping_add(c[i]);
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = a.wrapping_add(word(&c[8 * i..8 * i + 8]));
         }
     }
-    chunks
-        .remainder()
-        .iter()
-        .fold(acc.iter().fold(0, |a, &b| a.wrapping_add(b)), |a, &b| a.wrapping_add(b))
+    let tail = chunks.remainder().iter().fold(0u64, |a, &b| a.wrapping_add(b as u64));
+    acc.iter().fold(tail, |a, &b| a.wrapping_add(b))
 }
 
 struct ModelRun {
@@ -353,9 +384,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
         kernels::TIER,
         a.probe_mib
     );
-    let bw1 = probe_bandwidth(a.probe_mib, 1, a.seconds);
+    let bw1 = probe_bandwidth(a.probe_mib, 1, a.seconds)?;
     let bwn = if threads > 1 {
-        probe_bandwidth(a.probe_mib, threads, a.seconds)
+        probe_bandwidth(a.probe_mib, threads, a.seconds)?
     } else {
         bw1
     };
@@ -363,7 +394,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut kernel_rows = Vec::new();
     if !a.no_kernels {
         eprintln!("bench: kernels...");
-        kernel_rows = bench_kernels(a.seconds, &a.shapes);
+        kernel_rows = bench_kernels(a.seconds, &a.shapes)?;
         if threads > 1 {
             kernel_rows.extend(bench_threaded_matvec(a.seconds, threads)?);
         }
