@@ -101,8 +101,16 @@ impl Pool {
         struct WaitForWorkers<'a>(&'a Shared);
         impl Drop for WaitForWorkers<'_> {
             fn drop(&mut self) {
+                // Spin while the workers are likely running; past SPIN a
+                // worker has most likely lost its core (more threads than
+                // free cores): yield ours, which may be the one it needs.
+                let start = Instant::now();
                 while self.0.pending.load(Ordering::Acquire) != 0 {
-                    std::hint::spin_loop();
+                    if start.elapsed() < SPIN {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
                 }
                 *self.0.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
