@@ -252,7 +252,12 @@ impl Matrix {
     /// Returns the cells it changed, for the report.
     pub fn load_native_from_host(path: &Path, host: &Host) -> Result<(Matrix, Vec<String>)> {
         let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-        let mut m: Matrix = toml::from_str(&text).with_context(|| format!("{} is invalid", path.display()))?;
+        Matrix::parse_native_from_host(&text, host).with_context(|| format!("{} is invalid", path.display()))
+    }
+
+    /// [`Matrix::load_native_from_host`] on the text of a matrix.toml.
+    pub fn parse_native_from_host(text: &str, host: &Host) -> Result<(Matrix, Vec<String>)> {
+        let mut m: Matrix = toml::from_str(text)?;
         let mut changed = Vec::new();
         for row in &mut m.rows {
             let (Some(arch), Some(tier)) = (Arch::from_triple(&row.target), isa::tier(&row.tier)) else {
@@ -280,8 +285,7 @@ impl Matrix {
                 }
             }
         }
-        m.validate(host)
-            .with_context(|| format!("{} is invalid", path.display()))?;
+        m.validate(host)?;
         Ok((m, changed))
     }
 

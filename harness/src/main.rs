@@ -5,22 +5,13 @@
 //! row's CPUs (natively or under qemu-user), compares with the scalar
 //! golden, checks that CPUs lacking the ISA are refused cleanly, audits the
 //! disassembly, and writes report/report.{md,json,html}.
+//!
+//! The modules live in the library (`src/lib.rs`) so that tests and the
+//! fuzz targets (`fuzz/`) can reach matrix.toml parsing; this is the CLI.
 
-mod audit;
-mod builder;
-mod commands;
-mod config;
-mod golden;
-mod insn;
-mod isa;
-mod outcome;
-mod progress;
-mod report;
-mod runner;
-mod setup;
-
-use builder::BuilderKind;
 use clap::{Parser, Subcommand};
+use harness::builder::BuilderKind;
+use harness::commands;
 use std::path::PathBuf;
 
 #[derive(Parser)]

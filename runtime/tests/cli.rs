@@ -69,6 +69,7 @@ fn assert_exit(o: &Output, code: i32, needle: &str) {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
 fn gen_is_byte_identical_per_seed() {
     let dir = TempDir::new("gen");
     let a = gen(&dir, "a.mlb", &["--seed", "5", "--wtype", "q4_0"]);
@@ -80,6 +81,7 @@ fn gen_is_byte_identical_per_seed() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
 fn greedy_run_prints_the_same_32_ids_every_time() {
     let dir = TempDir::new("greedy");
     let m = gen(&dir, "m.mlb", &[]);
@@ -94,6 +96,7 @@ fn greedy_run_prints_the_same_32_ids_every_time() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
 fn seeded_sampling_repeats_and_seeds_differ() {
     let dir = TempDir::new("seeded");
     let m = gen(&dir, "m.mlb", &[]);
@@ -107,6 +110,7 @@ fn seeded_sampling_repeats_and_seeds_differ() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
 fn logits_json_has_every_step_and_the_greedy_token() {
     let dir = TempDir::new("logits");
     let m = gen(&dir, "m.mlb", &[]);
@@ -133,6 +137,7 @@ fn logits_json_has_every_step_and_the_greedy_token() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
 fn info_prints_header_and_tensors() {
     let dir = TempDir::new("info");
     let m = gen(&dir, "m.mlb", &["--shared-classifier"]);
@@ -151,6 +156,7 @@ fn info_prints_header_and_tensors() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
 fn tokenize_matches_llama2c() {
     let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/llama2c-32000.bin");
     assert!(tok.exists(), "reference tokenizer {} must exist", tok.display());
@@ -164,6 +170,7 @@ fn tokenize_matches_llama2c() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
 fn every_error_kind_has_its_exit_code_and_one_line() {
     let dir = TempDir::new("errors");
     let m = gen(&dir, "m.mlb", &[]);
@@ -200,4 +207,149 @@ fn every_error_kind_has_its_exit_code_and_one_line() {
     assert_exit(&ml(&["run", &m, "--tokens", &vec!["1"; 65].join(",")]), 5, "max_seq");
     assert_exit(&ml(&["run", &m, "--no-such-flag"]), 2, "unexpected argument");
     assert_exit(&ml(&["run", &m, "-i", "text without tokenizer"]), 2, "--tokenizer");
+}
+
+/// `ml` with `args`, through `sh` so that `setup` (shell commands) applies
+/// to it first: a resource limit, say.
+#[cfg(unix)]
+fn ml_under_sh(setup: &str, args: &[&str]) -> Output {
+    legacy_ml::core::isa::guard();
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(format!("{setup}; exec \"$@\"")).arg("sh");
+    if let Ok(runner) = std::env::var("ML_TEST_RUNNER") {
+        cmd.args(runner.split_whitespace());
+    }
+    cmd.arg(env!("CARGO_BIN_EXE_ml")).args(args).output().expect("start sh")
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn prompts_longer_than_the_context_are_refused_by_every_command() {
+    let dir = TempDir::new("context");
+    let m = gen(&dir, "m.mlb", &["--max-seq", "8"]);
+    let ids = |n: usize| vec!["3"; n].join(",");
+
+    let o = ml(&["run", &m, "--tokens", &ids(9), "--temp", "0"]);
+    assert_exit(&o, 5, "the prompt has 9 tokens but the model's context (max_seq) is 8");
+    assert!(o.stdout.is_empty(), "nothing generated: {}", stdout(&o));
+    // A prompt that fills the context leaves room for one token, and says so.
+    let o = ml(&["run", &m, "--tokens", &ids(8), "-n", "5", "--temp", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).split_whitespace().count(), 1, "{}", stdout(&o));
+    assert!(stderr(&o).contains("generating 1 tokens, not 5: the model's context is 8"));
+
+    let o = ml(&["logits", &m, "--tokens", &ids(9), "-n", "1"]);
+    assert_exit(
+        &o,
+        5,
+        "9 prompt tokens and 1 steps need 9 positions; the model's context (max_seq) is 8",
+    );
+    let o = ml(&["logits", &m, "--tokens", &ids(8), "-n", "2"]);
+    assert_exit(&o, 5, "need 9 positions");
+    let o = ml(&["logits", &m, "--tokens", &ids(8), "-n", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["steps"][0]["pos"].as_u64(), Some(7));
+
+    // A text prompt is counted after tokenizing.
+    let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/llama2c-32000.bin");
+    let args = "--dim 32 --heads 2 --kv-heads 1 --hidden 32 --layers 1 --vocab 32000 --max-seq 8";
+    let big = gen(&dir, "big.mlb", &args.split(' ').collect::<Vec<_>>());
+    let o = ml(&[
+        "run",
+        &big,
+        "-z",
+        tok.to_str().unwrap(),
+        "-i",
+        "Once upon a time there was a little girl named Lily",
+    ]);
+    assert_exit(&o, 5, "but the model's context (max_seq) is 8");
+}
+
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn gen_onto_a_full_disk_leaves_no_file_and_keeps_the_old_one() {
+    // A file size limit makes write(2) fail with EFBIG (SIGXFSZ ignored), as
+    // a full disk fails it with ENOSPC: the same error path, no root needed.
+    let limited = "trap '' XFSZ; ulimit -f 16";
+    let dir = TempDir::new("fulldisk");
+    let out = dir.path("m.mlb");
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(&dir.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let o = ml_under_sh(limited, &["gen", "--out", &out]);
+    assert_exit(&o, 3, "cannot write model: File too large");
+    assert!(listing().is_empty(), "left behind: {:?}", listing());
+
+    let before = std::fs::read(gen(&dir, "m.mlb", &[])).unwrap();
+    let o = ml_under_sh(limited, &["gen", "--out", &out, "--seed", "7"]);
+    assert_exit(&o, 3, "File too large");
+    assert_eq!(std::fs::read(&out).unwrap(), before, "the old model is intact");
+    assert_eq!(listing(), ["m.mlb"]);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn output_onto_a_full_disk_is_an_io_error() {
+    let dir = TempDir::new("devfull");
+    let m = gen(&dir, "m.mlb", &[]);
+    for args in [
+        &["logits", &m, "--tokens", "1,2", "-n", "2"][..],
+        &["run", &m, "--tokens", "1", "-n", "4", "--temp", "0"],
+    ] {
+        let o = ml_under_sh("exec >/dev/full", args);
+        assert_exit(&o, 3, "cannot write to stdout: No space left on device");
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn load_modes_give_the_same_logits() {
+    let dir = TempDir::new("load");
+    let m = gen(&dir, "m.mlb", &[]);
+    let logits = |extra: &[&str]| {
+        let mut args = vec!["logits", &m, "--tokens", "1,7", "-n", "2"];
+        args.extend_from_slice(extra);
+        let o = ml(&args);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let auto = logits(&[]);
+    assert_eq!(logits(&["--load", "map"]), auto);
+    assert_eq!(logits(&["--load", "read"]), auto);
+    assert_exit(
+        &ml(&["logits", &m, "--tokens", "1", "--load", "mmap"]),
+        2,
+        "auto, map or read",
+    );
+    let info = |mode: &str| stdout(&ml(&["info", &m, "--load", mode]));
+    assert!(info("read").contains("loaded:            read into memory"));
+    assert!(info("auto").contains("loaded:            read into memory"));
+    assert!(info("map").contains("loaded:            mapped"));
+    // ML_LOAD is the default of --load.
+    #[cfg(unix)]
+    {
+        let o = ml_under_sh("export ML_LOAD=map", &["info", &m]);
+        assert!(stdout(&o).contains("loaded:            mapped"), "{}", stderr(&o));
+        let o = ml_under_sh("export ML_LOAD=map", &["info", &m, "--load", "read"]);
+        assert!(stdout(&o).contains("loaded:            read into memory"));
+        assert_exit(
+            &ml_under_sh("export ML_LOAD=copy", &["info", &m]),
+            2,
+            "auto, map or read",
+        );
+        let o = ml_under_sh("export ML_LOAD=", &["info", &m]);
+        assert!(
+            stdout(&o).contains("loaded:            read into memory"),
+            "{}",
+            stderr(&o)
+        );
+    }
 }

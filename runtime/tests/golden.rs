@@ -117,6 +117,10 @@ fn check(name: &str, cfg: GenConfig) {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the golden models take hours under Miri; forward_reference runs the forward pass there"
+)]
 fn golden_q8_0() {
     check(
         "logits_q8_0",
@@ -129,6 +133,10 @@ fn golden_q8_0() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the golden models take hours under Miri; forward_reference runs the forward pass there"
+)]
 fn golden_q4_0() {
     check(
         "logits_q4_0",
@@ -144,6 +152,10 @@ fn golden_q4_0() {
 /// build could legitimately pick the other token. Checked on the snapshot
 /// data itself: top-1 minus top-2 must exceed the tolerance's reach.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the golden models take hours under Miri; forward_reference runs the forward pass there"
+)]
 fn golden_choices_are_not_near_ties() {
     legacy_ml::core::isa::guard();
     for (name, cfg) in [

@@ -64,7 +64,13 @@ impl Matrix {
 fn matvec_equals_the_dequantized_dot_for_every_row_range() {
     let mut rng = Rng::new(11);
     for wtype in [WType::Q8_0, WType::Q4_0] {
-        for (rows, cols) in [(1, 32), (5, 64), (7, 96), (13, 256)] {
+        // Miri interprets every instruction: the smaller shapes only.
+        let shapes: &[(usize, usize)] = if cfg!(miri) {
+            &[(1, 32), (5, 64), (7, 96)]
+        } else {
+            &[(1, 32), (5, 64), (7, 96), (13, 256)]
+        };
+        for &(rows, cols) in shapes {
             let m = Matrix::random(&mut rng, wtype, rows, cols);
             let x = random(&mut rng, cols, 2.0);
             let (mut xq, mut xd) = (vec![0i8; cols], vec![0.0f32; cols / QK]);

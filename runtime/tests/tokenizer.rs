@@ -54,6 +54,10 @@ fn format_error(bytes: &[u8]) -> String {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the 32000-token reference vocabulary takes too long to load under Miri"
+)]
 fn real_vocabulary_loads_with_32000_tokens() {
     let t = real();
     assert_eq!(t.vocab_size(), 32000);
@@ -66,6 +70,10 @@ fn real_vocabulary_loads_with_32000_tokens() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the 32000-token reference vocabulary takes too long to load under Miri"
+)]
 fn encodes_the_llama2c_reference_prompt() {
     assert_eq!(
         real().encode("I believe the meaning of life is", true, false),
@@ -74,6 +82,10 @@ fn encodes_the_llama2c_reference_prompt() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the 32000-token reference vocabulary takes too long to load under Miri"
+)]
 fn encode_pins_exact_ids() {
     let t = real();
     let cases: &[(&str, &[u32])] = &[
@@ -99,6 +111,10 @@ fn encode_pins_exact_ids() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the 32000-token reference vocabulary takes too long to load under Miri"
+)]
 fn bos_eos_and_empty_text() {
     let t = real();
     assert_eq!(t.encode("", false, false), Vec::<u32>::new());
@@ -112,6 +128,10 @@ fn bos_eos_and_empty_text() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the 32000-token reference vocabulary takes too long to load under Miri"
+)]
 fn round_trips_are_byte_exact() {
     let t = real();
     let texts = [
@@ -147,6 +167,10 @@ fn round_trips_are_byte_exact() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the 32000-token reference vocabulary takes too long to load under Miri"
+)]
 fn absent_character_falls_back_to_byte_ids() {
     let t = real();
     // U+1F980 CRAB is not a piece: its UTF-8 bytes F0 9F A6 80 become ids
@@ -164,6 +188,10 @@ fn absent_character_falls_back_to_byte_ids() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the 32000-token reference vocabulary takes too long to load under Miri"
+)]
 fn decode_piece_rules() {
     let t = real();
     // After BOS the dummy-prefix space goes; after anything else it stays.
@@ -316,6 +344,10 @@ fn record_boundaries(bytes: &[u8]) -> Vec<usize> {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the 32000-token reference vocabulary takes too long to load under Miri"
+)]
 fn every_truncation_of_the_real_file_is_caught() {
     let bytes = real_bytes();
     // Record boundaries tell a clean cut from a torn one.
@@ -352,6 +384,10 @@ fn every_truncation_of_the_real_file_is_caught() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the 32000-token reference vocabulary takes too long to load under Miri"
+)]
 fn corrupted_bytes_never_panic() {
     // Flip bytes of the first records with a fixed xorshift; every outcome
     // must be a tokenizer that still round-trips ASCII or a Format error.

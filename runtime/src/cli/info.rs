@@ -1,5 +1,4 @@
 use legacy_ml::model::format::TensorKind;
-use legacy_ml::model::Model;
 use legacy_ml::Result;
 use std::path::PathBuf;
 
@@ -7,13 +6,23 @@ use std::path::PathBuf;
 pub struct InfoArgs {
     /// The .mlb model.
     model: PathBuf,
+    #[command(flatten)]
+    load: super::LoadArg,
 }
 
 pub fn run(a: InfoArgs) -> Result<()> {
-    let model = Model::open(&a.model)?;
+    let model = a.load.open(&a.model)?;
     let h = model.header();
     let layout = model.layout();
     println!("model:             {}", a.model.display());
+    println!(
+        "loaded:            {}",
+        if model.is_mapped() {
+            "mapped"
+        } else {
+            "read into memory"
+        }
+    );
     println!("dim:               {}", h.dim);
     println!("n_layers:          {}", h.n_layers);
     println!("n_heads:           {}", h.n_heads);

@@ -7,7 +7,6 @@
 use super::{parse_ids, stdout_error, TokenIds};
 use legacy_ml::model::sampler::argmax;
 use legacy_ml::model::transformer::Transformer;
-use legacy_ml::model::Model;
 use legacy_ml::{MlError, Result};
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,10 +23,12 @@ pub struct LogitsArgs {
     steps: usize,
     #[command(flatten)]
     threads: super::ThreadsArg,
+    #[command(flatten)]
+    load: super::LoadArg,
 }
 
 pub fn run(a: LogitsArgs) -> Result<()> {
-    let model = Model::open(&a.model)?;
+    let model = a.load.open(&a.model)?;
     let mut tf = Transformer::with_threads(&model, a.threads.count())?;
     let max_seq = tf.header().max_seq as usize;
     let prompt = a.tokens.0;

@@ -130,6 +130,32 @@ impl ThreadsArg {
     }
 }
 
+/// `--load MODE` (or `ML_LOAD`): how the model file is brought into memory.
+#[derive(clap::Args, Clone, Copy)]
+pub struct LoadArg {
+    /// How to bring the model into memory: `read` copies it (nothing done to
+    /// the file afterwards can affect this run), `map` maps it (no copy, but
+    /// the file must not be truncated or rewritten in place while this runs:
+    /// truncation kills the process with SIGBUS), `auto` reads files up to
+    /// 256 MiB and maps larger ones.
+    #[arg(long = "load", value_name = "auto|map|read", env = "ML_LOAD", default_value = "auto", value_parser = parse_load)]
+    load: legacy_ml::core::file::LoadMode,
+}
+
+/// A load mode; empty (`ML_LOAD=`) is the default, `auto`.
+fn parse_load(s: &str) -> std::result::Result<legacy_ml::core::file::LoadMode, String> {
+    if s.is_empty() {
+        return Ok(legacy_ml::core::file::LoadMode::Auto);
+    }
+    s.parse()
+}
+
+impl LoadArg {
+    pub fn open(self, path: &std::path::Path) -> Result<legacy_ml::model::Model> {
+        legacy_ml::model::Model::open_with(path, self.load)
+    }
+}
+
 /// A list of token ids on the command line, written "1,2,3".
 #[derive(Clone, Debug)]
 pub struct TokenIds(pub Vec<u32>);

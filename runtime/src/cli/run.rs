@@ -2,7 +2,6 @@ use super::{parse_ids, stdout_error, TokenIds};
 use legacy_ml::model::sampler::Sampler;
 use legacy_ml::model::tokenizer::Tokenizer;
 use legacy_ml::model::transformer::Transformer;
-use legacy_ml::model::Model;
 use legacy_ml::{MlError, Result};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -37,10 +36,12 @@ pub struct RunArgs {
     seed: Option<u64>,
     #[command(flatten)]
     threads: super::ThreadsArg,
+    #[command(flatten)]
+    load: super::LoadArg,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
-    let model = Model::open(&a.model)?;
+    let model = a.load.open(&a.model)?;
     let tokenizer = a.tokenizer.as_deref().map(Tokenizer::open).transpose()?;
     let prompt = match (&a.input, &a.tokens, &tokenizer) {
         (Some(text), _, Some(tok)) => tok.encode(text, tok.add_bos(), false),
@@ -84,7 +85,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
 
     let start = Instant::now();
-    let mut next = sampler.sample(tf.prefill(&prompt)?);
+    let mut next = sampler.sample(tf.prefill(&prompt)?)?;
     let prefill_time = start.elapsed();
     let mut prev = *prompt.last().unwrap_or(&1);
     let mut generated = 0;
@@ -109,7 +110,7 @@ pub fn run(a: RunArgs) -> Result<()> {
             break;
         }
         prev = next;
-        next = sampler.sample(tf.forward(next, prompt.len() + i)?);
+        next = sampler.sample(tf.forward(next, prompt.len() + i)?)?;
     }
     writeln!(out).map_err(stdout_error)?;
     let decode_time = decode_start.elapsed().as_secs_f64();
@@ -166,6 +167,8 @@ pub struct ChatArgs {
     stats: bool,
     #[command(flatten)]
     threads: super::ThreadsArg,
+    #[command(flatten)]
+    load: super::LoadArg,
 }
 
 /// Why a reply stopped.
@@ -185,7 +188,7 @@ enum ReplyEnd {
 /// the chat (exit 0); Ctrl-C stops a reply, or, while waiting for input,
 /// ends the chat.
 pub fn chat(a: ChatArgs) -> Result<()> {
-    let model = Model::open(&a.model)?;
+    let model = a.load.open(&a.model)?;
     let tok = Tokenizer::open(&a.tokenizer)?;
     let shown = a.tokenizer.display();
     let chat = tok
@@ -280,7 +283,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         for (k, &t) in feed.iter().enumerate() {
             let logits = tf.forward(t, pos + k)?;
             if k + 1 == feed.len() {
-                next = sampler.sample(logits);
+                next = sampler.sample(logits)?;
             }
         }
         pos += feed.len();
@@ -307,7 +310,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
             let logits = tf.forward(next, pos)?;
             pos += 1;
             prev = next;
-            next = sampler.sample(logits);
+            next = sampler.sample(logits)?;
         };
         generating.store(false, Ordering::SeqCst);
         writeln!(out).map_err(stdout_error)?;

@@ -295,9 +295,13 @@ unsafe fn matvec<const Q4: bool>(
         // Scales of rows r..r+4 for blocks b and b+1, as [dw4(b), dw4(b+1)]:
         // each row's two are adjacent, so four 8-byte loads and a transpose.
         let dw4x2 = |b: usize| {
+            // Unaligned 8-byte reads: a row's scale pair is only 4-byte
+            // aligned, and _mm_load_sd/_mm_loadh_pd dereference an f64
+            // pointer, which must be 8-byte aligned (Miri caught it).
             let two = |j: usize, k: usize| {
-                let lo = _mm_load_sd(wd.add((r + j) * nb + b).cast());
-                _mm_castpd_ps(_mm_loadh_pd(lo, wd.add((r + k) * nb + b).cast()))
+                let lo = wd.add((r + j) * nb + b).cast::<i64>().read_unaligned();
+                let hi = wd.add((r + k) * nb + b).cast::<i64>().read_unaligned();
+                _mm_castsi128_ps(_mm_set_epi64x(hi, lo))
             };
             let (v01, v23) = (two(0, 1), two(2, 3)); // [a(b) a(b+1) b(b) b(b+1)], rows 2–3 alike
             _mm256_set_m128(

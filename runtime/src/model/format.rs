@@ -220,25 +220,38 @@ impl TensorEntry {
 
 /// The tensor order of spec §6, as (name, kind, rows, cols).
 pub fn tensor_list(h: &Header) -> Vec<(String, TensorKind, u64, u64)> {
-    let (dim, hidden, kv, vocab) = (h.dim as u64, h.hidden_dim as u64, h.kv_dim() as u64, h.vocab as u64);
-    let mut list = vec![("tok_emb".to_string(), TensorKind::Quant, vocab, dim)];
-    for l in 0..h.n_layers {
-        let p = |n: &str| format!("layers.{l}.{n}");
-        list.push((p("attn_norm"), TensorKind::F32, 1, dim));
-        list.push((p("wq"), TensorKind::Quant, dim, dim));
-        list.push((p("wk"), TensorKind::Quant, kv, dim));
-        list.push((p("wv"), TensorKind::Quant, kv, dim));
-        list.push((p("wo"), TensorKind::Quant, dim, dim));
-        list.push((p("ffn_norm"), TensorKind::F32, 1, dim));
-        list.push((p("w1"), TensorKind::Quant, hidden, dim));
-        list.push((p("w2"), TensorKind::Quant, dim, hidden));
-        list.push((p("w3"), TensorKind::Quant, hidden, dim));
-    }
-    list.push(("final_norm".to_string(), TensorKind::F32, 1, dim));
-    if !h.shared_classifier {
-        list.push(("wcls".to_string(), TensorKind::Quant, vocab, dim));
-    }
-    list
+    tensor_specs(*h).collect()
+}
+
+/// One layer's tensors, in order, as (name, kind, rows, cols).
+fn layer_specs(h: &Header) -> [(&'static str, TensorKind, u64, u64); 9] {
+    let (dim, hidden, kv) = (h.dim as u64, h.hidden_dim as u64, h.kv_dim() as u64);
+    [
+        ("attn_norm", TensorKind::F32, 1, dim),
+        ("wq", TensorKind::Quant, dim, dim),
+        ("wk", TensorKind::Quant, kv, dim),
+        ("wv", TensorKind::Quant, kv, dim),
+        ("wo", TensorKind::Quant, dim, dim),
+        ("ffn_norm", TensorKind::F32, 1, dim),
+        ("w1", TensorKind::Quant, hidden, dim),
+        ("w2", TensorKind::Quant, dim, hidden),
+        ("w3", TensorKind::Quant, hidden, dim),
+    ]
+}
+
+/// [`tensor_list`], generated lazily: a hostile header may claim a million
+/// layers, and validation stops at the first tensor past the file's end.
+fn tensor_specs(h: Header) -> impl Iterator<Item = (String, TensorKind, u64, u64)> {
+    let (dim, vocab) = (h.dim as u64, h.vocab as u64);
+    let layer = layer_specs(&h);
+    std::iter::once(("tok_emb".to_string(), TensorKind::Quant, vocab, dim))
+        .chain((0..h.n_layers).flat_map(move |l| {
+            layer
+                .into_iter()
+                .map(move |(n, kind, rows, cols)| (format!("layers.{l}.{n}"), kind, rows, cols))
+        }))
+        .chain(std::iter::once(("final_norm".to_string(), TensorKind::F32, 1, dim)))
+        .chain((!h.shared_classifier).then(|| ("wcls".to_string(), TensorKind::Quant, vocab, dim)))
 }
 
 /// The validated header and the place of every array.
@@ -254,50 +267,119 @@ fn align64(v: u64) -> Option<u64> {
     v.checked_add(ALIGN as u64 - 1).map(|x| x & !(ALIGN as u64 - 1))
 }
 
+/// One tensor's arrays placed after an array ending at `end`.
+struct Placed {
+    q_offset: u64,
+    q_bytes: u64,
+    d_offset: u64,
+    d_bytes: u64,
+    /// Where its last array ends.
+    end: u64,
+}
+
+/// Places a tensor's arrays (F32: data; quantized: q then d), each on the
+/// next 64-byte boundary after `end`. Overflow is a Format error naming the
+/// tensor.
+fn place(end: u64, wtype: WType, name: &str, kind: TensorKind, rows: u64, cols: u64) -> Result<Placed> {
+    let overflow = || {
+        MlError::format(format!(
+            "tensor {name}: size of {rows} x {cols} overflows; the header's dimensions are corrupt"
+        ))
+    };
+    let elements = rows.checked_mul(cols).ok_or_else(overflow)?;
+    let (q_bytes, d_bytes) = match kind {
+        TensorKind::F32 => (elements.checked_mul(4).ok_or_else(overflow)?, 0),
+        TensorKind::Quant => (
+            wtype.quant_bytes(elements),
+            (elements / QK as u64).checked_mul(4).ok_or_else(overflow)?,
+        ),
+    };
+    let q_offset = align64(end).ok_or_else(overflow)?;
+    let end = q_offset.checked_add(q_bytes).ok_or_else(overflow)?;
+    let d_offset = if kind == TensorKind::Quant {
+        align64(end).ok_or_else(overflow)?
+    } else {
+        end
+    };
+    let end = d_offset.checked_add(d_bytes).ok_or_else(overflow)?;
+    Ok(Placed {
+        q_offset,
+        q_bytes,
+        d_offset,
+        d_bytes,
+        end,
+    })
+}
+
+/// The header rules that bound the work of laying it out.
+fn check_plausible(header: &Header) -> Result<()> {
+    header.check_shapes()?;
+    if header.n_layers > 1 << 20 {
+        return Err(MlError::format(format!(
+            "n_layers {} is implausibly large",
+            header.n_layers
+        )));
+    }
+    Ok(())
+}
+
+/// The file length a header implies, computed without listing its tensors
+/// (O(1) in n_layers): every layer spans the same bytes, since its first
+/// array starts on a 64-byte boundary. Overflow is a Format error.
+pub fn implied_file_bytes(header: &Header) -> Result<u64> {
+    check_plausible(header)?;
+    let wtype = header.wtype;
+    let (dim, vocab) = (header.dim as u64, header.vocab as u64);
+    let mut end = place(HEADER_BYTES as u64, wtype, "tok_emb", TensorKind::Quant, vocab, dim)?.end;
+    if header.n_layers > 0 {
+        // One layer placed from offset 0 (aligned, like every layer start).
+        let mut layer_end = 0u64;
+        for (name, kind, rows, cols) in layer_specs(header) {
+            layer_end = place(layer_end, wtype, &format!("layers.0.{name}"), kind, rows, cols)?.end;
+        }
+        let overflow = || {
+            MlError::format(format!(
+                "n_layers {} x {layer_end} bytes per layer overflows; the header's dimensions are corrupt",
+                header.n_layers
+            ))
+        };
+        let stride = align64(layer_end).ok_or_else(overflow)?;
+        end = align64(end)
+            .and_then(|start| start.checked_add(stride.checked_mul(header.n_layers as u64 - 1)?))
+            .and_then(|last| last.checked_add(layer_end))
+            .ok_or_else(overflow)?;
+    }
+    end = place(end, wtype, "final_norm", TensorKind::F32, 1, dim)?.end;
+    if !header.shared_classifier {
+        end = place(end, wtype, "wcls", TensorKind::Quant, vocab, dim)?.end;
+    }
+    Ok(end)
+}
+
 impl Layout {
     /// Computes where every array lies, from the header alone. Overflow
     /// anywhere is a Format error naming the tensor.
     pub fn from_header(header: Header) -> Result<Layout> {
-        header.check_shapes()?;
-        if header.n_layers > 1 << 20 {
-            return Err(MlError::format(format!(
-                "n_layers {} is implausibly large",
-                header.n_layers
-            )));
-        }
-        let list = tensor_list(&header);
-        let mut tensors = Vec::with_capacity(list.len());
+        check_plausible(&header)?;
+        let mut tensors = Vec::new();
         let mut end = HEADER_BYTES as u64;
-        for (name, kind, rows, cols) in list {
-            let overflow = || {
-                MlError::format(format!(
-                    "tensor {name}: size of {rows} x {cols} overflows; the header's dimensions are corrupt"
-                ))
+        for (name, kind, rows, cols) in tensor_specs(header) {
+            let p = place(end, header.wtype, &name, kind, rows, cols)?;
+            end = p.end;
+            let to_usize = |v: u64| {
+                usize::try_from(v).map_err(|_| {
+                    MlError::format(format!(
+                        "tensor {name}: {v} bytes is more than this platform can address"
+                    ))
+                })
             };
-            let elements = rows.checked_mul(cols).ok_or_else(overflow)?;
-            let (q_bytes, d_bytes) = match kind {
-                TensorKind::F32 => (elements.checked_mul(4).ok_or_else(overflow)?, 0),
-                TensorKind::Quant => (
-                    header.wtype.quant_bytes(elements),
-                    (elements / QK as u64).checked_mul(4).ok_or_else(overflow)?,
-                ),
-            };
-            let q_offset = align64(end).ok_or_else(overflow)?;
-            end = q_offset.checked_add(q_bytes).ok_or_else(overflow)?;
-            let d_offset = if kind == TensorKind::Quant {
-                align64(end).ok_or_else(overflow)?
-            } else {
-                end
-            };
-            end = d_offset.checked_add(d_bytes).ok_or_else(overflow)?;
-            let to_usize = |v: u64| usize::try_from(v).map_err(|_| overflow());
             tensors.push(TensorEntry {
                 rows: to_usize(rows)?,
                 cols: to_usize(cols)?,
-                q_offset: to_usize(q_offset)?,
-                q_bytes: to_usize(q_bytes)?,
-                d_offset: to_usize(d_offset)?,
-                d_bytes: to_usize(d_bytes)?,
+                q_offset: to_usize(p.q_offset)?,
+                q_bytes: to_usize(p.q_bytes)?,
+                d_offset: to_usize(p.d_offset)?,
+                d_bytes: to_usize(p.d_bytes)?,
                 name,
                 kind,
             });
@@ -311,30 +393,41 @@ impl Layout {
         })
     }
 
-    /// Validates a whole file image: header, then its length against the layout.
+    /// The first tensor that does not fit in `len` bytes. The walk stops
+    /// there, so it visits at most one tensor per 64 bytes of the file,
+    /// whatever n_layers the header claims.
+    fn first_incomplete(header: Header, len: u64) -> Result<String> {
+        let mut end = HEADER_BYTES as u64;
+        for (name, kind, rows, cols) in tensor_specs(header) {
+            end = place(end, header.wtype, &name, kind, rows, cols)?.end;
+            if end > len {
+                return Ok(name);
+            }
+        }
+        Ok("?".to_string())
+    }
+
+    /// Validates a whole file image: header, then its length against the
+    /// layout. The length is checked before the tensor table is built, so a
+    /// header claiming more than the file holds costs no more than the file.
     pub fn validate(bytes: &[u8]) -> Result<Layout> {
-        let layout = Layout::from_header(Header::parse(bytes)?)?;
-        if bytes.len() < layout.file_bytes {
-            let missing = layout
-                .tensors
-                .iter()
-                .find(|t| t.d_offset + t.d_bytes > bytes.len() || t.q_offset + t.q_bytes > bytes.len())
-                .map(|t| t.name.as_str())
-                .unwrap_or("?");
+        let header = Header::parse(bytes)?;
+        let implied = implied_file_bytes(&header)?;
+        let len = bytes.len() as u64;
+        if len < implied {
+            let missing = Layout::first_incomplete(header, len)?;
             return Err(MlError::format(format!(
-                "file is {} bytes but the header describes {} bytes: truncated (tensor {missing} is incomplete)",
-                bytes.len(),
-                layout.file_bytes
+                "file is {len} bytes but the header describes {implied} bytes: truncated (tensor {missing} is incomplete)"
             )));
         }
-        if bytes.len() > layout.file_bytes {
+        if len > implied {
             return Err(MlError::format(format!(
-                "file is {} bytes but the header describes {} bytes: {} unexplained trailing bytes",
-                bytes.len(),
-                layout.file_bytes,
-                bytes.len() - layout.file_bytes
+                "file is {len} bytes but the header describes {implied} bytes: {} unexplained trailing bytes",
+                len - implied
             )));
         }
+        let layout = Layout::from_header(header)?;
+        debug_assert_eq!(layout.file_bytes as u64, implied);
         if !(bytes.as_ptr() as usize).is_multiple_of(ALIGN) {
             return Err(MlError::format("model bytes do not start 64-byte aligned".to_string()));
         }

@@ -10,7 +10,7 @@ pub mod writer;
 
 use crate::core::aligned::bytes_as_f32;
 use crate::core::error::{MlError, Result};
-use crate::core::file::Storage;
+use crate::core::file::{LoadMode, Storage};
 use crate::core::tensor::{QTensor, WType};
 use format::{Header, Layout, TensorEntry, TensorKind};
 use std::path::Path;
@@ -23,9 +23,17 @@ pub struct Model {
 }
 
 impl Model {
-    /// Maps (or reads) and validates a .mlb file.
+    /// Reads (or, when larger than `core::file::READ_LIMIT`, maps) and
+    /// validates a .mlb file.
     pub fn open(path: &Path) -> Result<Model> {
-        Model::from_storage(Storage::open(path)?)
+        Model::open_with(path, LoadMode::Auto)
+    }
+
+    /// Maps or reads a .mlb file as `mode` says, then validates it. A mapped
+    /// file must not be truncated or rewritten in place while the model
+    /// lives (`core::file`); a read one is a private copy.
+    pub fn open_with(path: &Path, mode: LoadMode) -> Result<Model> {
+        Model::from_storage(Storage::open_with(path, mode)?)
             .map_err(|e| MlError::new(e.kind, format!("{}: {}", path.display(), e.message)))
     }
 
@@ -77,6 +85,11 @@ impl Model {
 
     pub fn header(&self) -> &Header {
         &self.layout.header
+    }
+
+    /// Whether the weights are a mapping of the file (else an owned copy).
+    pub fn is_mapped(&self) -> bool {
+        self.storage.is_mapped()
     }
 
     pub fn layout(&self) -> &Layout {

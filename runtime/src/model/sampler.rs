@@ -1,6 +1,7 @@
 //! Choosing the next token from logits: greedy, temperature, or nucleus
 //! (top-p), driven by a seeded xorshift RNG so a seed reproduces a run.
 
+use crate::core::error::{MlError, Result};
 use crate::core::rng::Rng;
 
 pub struct Sampler {
@@ -43,8 +44,17 @@ impl Sampler {
         self.temperature == 0.0
     }
 
-    /// Picks a token. `logits` is used as scratch (it becomes probabilities).
-    pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
+    /// Picks a token: an index into `logits`, for any values (NaN, ±inf,
+    /// all equal) and any temperature and top-p. No logits at all is a Shape
+    /// error. `logits` is used as scratch (it becomes probabilities).
+    pub fn sample(&mut self, logits: &mut [f32]) -> Result<u32> {
+        if logits.is_empty() {
+            return Err(MlError::shape("no logits to sample from (a vocabulary of 0 tokens)"));
+        }
+        Ok(self.sample_nonempty(logits))
+    }
+
+    fn sample_nonempty(&mut self, logits: &mut [f32]) -> u32 {
         let greedy = argmax(logits);
         if self.is_greedy() || logits.iter().any(|v| !v.is_finite()) {
             // Non-finite logits have no distribution; fall back to the
@@ -62,7 +72,7 @@ impl Sampler {
         }
         let coin = self.rng.next_f32();
         if self.top_p > 0.0 && self.top_p < 1.0 {
-            self.sample_top_p(logits, coin)
+            self.sample_top_p(logits, coin).unwrap_or(greedy)
         } else {
             sample_cdf(
                 logits.iter().copied().enumerate().map(|(i, p)| (p, i as u32)),
@@ -74,10 +84,14 @@ impl Sampler {
     }
 
     /// Nucleus sampling: keep the most probable tokens until their mass
-    /// exceeds top_p, then draw among them.
-    fn sample_top_p(&mut self, probs: &[f32], coin: f32) -> u32 {
-        // Tokens below (1 - p) / (n - 1) cannot be in the nucleus; dropping
-        // them first keeps the sort short.
+    /// exceeds top_p, then draw among them. `None` when no token passes the
+    /// pre-filter, i.e. when the nucleus is the most probable token alone.
+    fn sample_top_p(&mut self, probs: &[f32], coin: f32) -> Option<u32> {
+        // Tokens below (1 - p) / (n - 1) cannot be in the nucleus, except
+        // the most probable one when it alone exceeds p: its probability is
+        // only known to be at least 1 / n. Dropping them first keeps the
+        // sort short; when that drops every token (a flat distribution and
+        // a small p), the nucleus is that first token.
         let cutoff = (1.0 - self.top_p) / (probs.len().max(2) - 1) as f32;
         self.candidates.clear();
         self.candidates.extend(
@@ -87,6 +101,9 @@ impl Sampler {
                 .filter(|(_, &p)| p >= cutoff)
                 .map(|(i, &p)| (p, i as u32)),
         );
+        if self.candidates.is_empty() {
+            return None;
+        }
         self.candidates
             .sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let mut mass = 0.0f32;
@@ -100,7 +117,7 @@ impl Sampler {
         }
         let kept = &self.candidates[..keep];
         let total: f32 = kept.iter().map(|c| c.0).sum();
-        sample_cdf(kept.iter().copied(), total, coin, probs.len())
+        Some(sample_cdf(kept.iter().copied(), total, coin, probs.len()))
     }
 }
 

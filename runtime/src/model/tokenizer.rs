@@ -49,8 +49,11 @@ struct Llama2c {
     /// Piece → lowest id with that piece (duplicates are tolerated; the
     /// first wins so lookups are deterministic).
     ids: HashMap<Vec<u8>, u32>,
-    /// Validated bound on every piece's length: a longer concatenation cannot
-    /// be in the vocabulary, which spares a hash lookup.
+    /// The longest piece's length (at most the header's max_token_length,
+    /// which is validated against every piece): a longer concatenation cannot
+    /// be in the vocabulary, which spares a hash lookup. The header's value
+    /// itself is not kept: a hostile file may claim 2^31 - 1, and `encode`
+    /// sizes a buffer from this.
     max_token_length: usize,
 }
 
@@ -96,6 +99,7 @@ impl Llama2c {
         let mut scores = Vec::new();
         let mut ids = HashMap::new();
         let mut offset = 4usize;
+        let mut longest = 0usize;
         while offset < bytes.len() {
             let index = scores.len();
             let here =
@@ -127,6 +131,7 @@ impl Llama2c {
             let piece = &bytes[offset + 8..offset + 8 + len];
             pieces.extend_from_slice(piece);
             starts.push(pieces.len());
+            longest = longest.max(len);
             scores.push(score);
             ids.entry(piece.to_vec()).or_insert(id);
             offset += 8 + len;
@@ -142,7 +147,7 @@ impl Llama2c {
             starts,
             scores,
             ids,
-            max_token_length,
+            max_token_length: longest,
         })
     }
 

@@ -61,27 +61,50 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 
 /// Writes to a temporary file beside `path`, syncs it, then renames it over
 /// `path`: a failed write (a full disk, say) never leaves a half-written
-/// model where a good one is expected.
+/// model where a good one is expected, and a model already there stays as it
+/// was. The temporary file is removed on every failure, a panic of `write`
+/// included; only a killed process can leave one (`.NAME.tmpPID`) behind.
 pub fn save_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
     let shown = path.display();
     let name = path
         .file_name()
         .ok_or_else(|| MlError::io(format!("{shown} is not a file path")))?;
     let tmp = path.with_file_name(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
-    let result = (|| {
-        let file =
-            std::fs::File::create(&tmp).map_err(|e| MlError::io(format!("cannot create {}: {e}", tmp.display())))?;
-        let mut buf = std::io::BufWriter::new(file);
-        write(&mut buf)?;
-        let file = buf
-            .into_inner()
-            .map_err(|e| MlError::io(format!("cannot write {shown}: {}", e.error())))?;
-        file.sync_all()
-            .map_err(|e| MlError::io(format!("cannot sync {shown}: {e}")))?;
-        std::fs::rename(&tmp, path).map_err(|e| MlError::io(format!("cannot rename into {shown}: {e}")))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+
+    /// Removes the temporary file unless it was renamed into place.
+    struct Cleanup<'a>(Option<&'a Path>);
+    impl Drop for Cleanup<'_> {
+        fn drop(&mut self) {
+            if let Some(tmp) = self.0 {
+                let _ = std::fs::remove_file(tmp);
+            }
+        }
     }
-    result
+
+    let file = std::fs::File::create(&tmp).map_err(|e| MlError::io(format!("cannot create {}: {e}", tmp.display())))?;
+    let mut cleanup = Cleanup(Some(&tmp));
+    let mut buf = std::io::BufWriter::new(file);
+    write(&mut buf)?;
+    let file = buf
+        .into_inner()
+        .map_err(|e| MlError::io(format!("cannot write {shown}: {}", e.error())))?;
+    file.sync_all()
+        .map_err(|e| MlError::io(format!("cannot sync {shown}: {e}")))?;
+    drop(file);
+    std::fs::rename(&tmp, path).map_err(|e| MlError::io(format!("cannot rename into {shown}: {e}")))?;
+    cleanup.0 = None;
+    // Make the rename itself durable. Best effort: the new file is complete
+    // and in place either way, and not every file system syncs directories.
+    #[cfg(unix)]
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
 }
