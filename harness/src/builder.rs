@@ -99,6 +99,7 @@ impl RowBuild<'_> {
         match self.kind {
             BuilderKind::Cross => {
                 // cross passes CARGO_* through to its container.
+                env.push(("CARGO_INCREMENTAL".into(), "0".into()));
                 env.push((target_env(t, "RUSTFLAGS"), self.row.rustflags.join(" ")));
                 env.push((
                     "CROSS_CONFIG".into(),
@@ -111,6 +112,9 @@ impl RowBuild<'_> {
                         env.push((target_env(t, "LINKER"), linker.clone()));
                     }
                 }
+                // One-shot builds: incremental state would only cost disk
+                // (~300 MB per row).
+                env.push(("CARGO_INCREMENTAL".into(), "0".into()));
                 // Exactly the row's flags, whatever RUSTFLAGS the caller has.
                 env.push(("CARGO_ENCODED_RUSTFLAGS".into(), self.row.rustflags.join("\u{1f}")));
             }
@@ -263,6 +267,30 @@ pub fn seed(sh: &Shell, root: &Path, row: &Row, built: &[(String, String, Vec<St
             src_row.0
         ))
     }
+}
+
+/// Removes a finished row's target dir; says what it freed.
+pub fn remove_target_dir(dir: &Path) -> Option<String> {
+    if !dir.exists() {
+        return None;
+    }
+    let bytes = dir_bytes(dir);
+    Some(match std::fs::remove_dir_all(dir) {
+        Ok(()) => format!("removed, {} MB freed (--keep-target-dirs keeps it)", bytes / 1_000_000),
+        Err(e) => format!("could not remove {}: {e}", dir.display()),
+    })
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
 }
 
 pub fn target_dir(root: &Path, row: &str) -> PathBuf {

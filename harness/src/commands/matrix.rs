@@ -52,6 +52,11 @@ pub struct MatrixArgs {
     /// Where report.{md,json,html} go (relative to the repo root).
     #[arg(long, default_value = "report")]
     pub out: PathBuf,
+    /// Keep every row's target dir under target/matrix. By default only the
+    /// first built row per (triple, rustflags) is kept, as the seed of the
+    /// others: a full matrix would otherwise leave ~1.2 GB per row behind.
+    #[arg(long)]
+    pub keep_target_dirs: bool,
 }
 
 /// One golden and the model it needs.
@@ -254,9 +259,18 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
             if let Some(how) = builder::seed(&sh, &root, row, &built) {
                 progress.done(&row.name, "target dir", 0.0, &how);
             }
+            let first_of_its_kind = !built.iter().any(|(_, t, f)| *t == row.target && *f == row.rustflags);
             let r = run_row(&sh, &ctx, row);
-            if r.build.status == "ok" {
+            let built_ok = r.build.status == "ok";
+            if built_ok {
                 built.push((row.name.clone(), row.target.clone(), row.rustflags.clone()));
+            }
+            let is_a_seed = built_ok && first_of_its_kind;
+            if !args.keep_target_dirs && !is_a_seed {
+                let dir = builder::target_dir(&root, &row.name);
+                if let Some(how) = builder::remove_target_dir(&dir) {
+                    progress.done(&row.name, "target dir", 0.0, &how);
+                }
             }
             r
         };

@@ -48,6 +48,10 @@ impl AlignedBytes {
     /// Allocates `len` zero bytes, or fails with NoMem instead of aborting.
     pub fn zeroed(len: usize, what: &str) -> Result<Self> {
         let refused = || MlError::no_mem(format!("cannot allocate {len} bytes for the {what}"));
+        // Sizes no Rust allocation may have (over isize::MAX once rounded
+        // to the alignment) are refused on every path: a 32-bit process
+        // could otherwise map 2 GiB that no slice can span.
+        let layout = Self::layout(len).ok_or_else(refused)?;
         #[cfg(all(feature = "mmap", target_os = "linux", not(miri)))]
         if len >= HUGE_PAGE_MIN {
             // Zero-filled and page-aligned (so 64-byte aligned) by the OS.
@@ -59,7 +63,6 @@ impl AlignedBytes {
                 len,
             });
         }
-        let layout = Self::layout(len).ok_or_else(refused)?;
         // SAFETY: the layout has a non-zero size (len.max(1)).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = std::ptr::NonNull::new(ptr).ok_or_else(refused)?;
