@@ -766,6 +766,87 @@ fn dot_f32_matches_scalar() {
     );
 }
 
+/// attn_scores and attn_mix: within tolerance of the scalar reference, and
+/// bit-identical to the same tier's dot_f32/axpy_f32 row by row (what the
+/// transformer computed before they were fused, so goldens do not move).
+#[test]
+fn attention_rows_match_scalar_and_per_row_kernels() {
+    isa::guard();
+    let mut rng = Rng::new(16);
+    let shapes: &[(usize, usize, usize)] = if cfg!(miri) {
+        &[(0, 8, 8), (3, 64, 64), (2, 9, 20)]
+    } else {
+        // (rows, n, stride): head_dim 64 in a GQA row, widths off the
+        // 8- and 64-lane steps, a single row, none, long histories.
+        &[
+            (0, 64, 192),
+            (1, 64, 64),
+            (5, 64, 192),
+            (7, 9, 20),
+            (33, 72, 72),
+            (100, 130, 131),
+            (300, 64, 192),
+            (17, 1, 3),
+        ]
+    };
+    for &(rows_n, n, stride) in shapes {
+        let slack = rng.next_u32() as usize % 4;
+        let rows = floats(&mut rng, rows_n.saturating_sub(1) * stride + n + slack, 2.0);
+        let q = floats(&mut rng, n, 1.5);
+        let scale = 0.125;
+        let mut got = vec![0.0; rows_n];
+        let mut want = vec![0.0; rows_n];
+        kernels::attn_scores(&mut got, &q, &rows, stride, scale);
+        scalar::attn_scores(&mut want, &q, &rows, stride, scale);
+        let per_row: Vec<f32> = (0..rows_n)
+            .map(|t| kernels::dot_f32(&q, &rows[t * stride..t * stride + n]) * scale)
+            .collect();
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            per_row.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "attn_scores rows={rows_n} n={n} stride={stride}: not dot_f32 row by row"
+        );
+        assert_close(&format!("attn_scores rows={rows_n} n={n}"), &got, &want, |t| {
+            scale
+                * q.iter()
+                    .zip(&rows[t * stride..])
+                    .map(|(a, b)| (a * b).abs())
+                    .sum::<f32>()
+        });
+
+        let p: Vec<f32> = (0..rows_n).map(|_| rng.next_f32()).collect();
+        let out0 = floats(&mut rng, n, 1.0);
+        let (mut got, mut want, mut per_row) = (out0.clone(), out0.clone(), out0.clone());
+        kernels::attn_mix(&mut got, &p, &rows, stride);
+        scalar::attn_mix(&mut want, &p, &rows, stride);
+        for (t, &pt) in p.iter().enumerate() {
+            kernels::axpy_f32(&mut per_row, pt, &rows[t * stride..t * stride + n]);
+        }
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            per_row.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "attn_mix rows={rows_n} n={n} stride={stride}: not axpy_f32 row by row"
+        );
+        assert_close(&format!("attn_mix rows={rows_n} n={n}"), &got, &want, |i| {
+            out0[i].abs()
+                + p.iter()
+                    .enumerate()
+                    .map(|(t, pt)| (pt * rows[t * stride + i]).abs())
+                    .sum::<f32>()
+        });
+    }
+}
+
+#[test]
+#[should_panic(expected = "attention rows")]
+fn attention_rows_past_the_cache_panic_before_reading() {
+    isa::guard();
+    let rows = vec![1.0f32; 100];
+    let mut out = vec![0.0f32; 2];
+    // Row 1 would end at 64 + 64 = 128 > 100.
+    kernels::attn_scores(&mut out, &[1.0; 64], &rows, 64, 1.0);
+}
+
 #[test]
 fn rope_matches_scalar() {
     isa::guard();

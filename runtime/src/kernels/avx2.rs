@@ -36,6 +36,8 @@ pub const PROVIDES: &[&str] = &[
     "add",
     "dot_f32",
     "axpy_f32",
+    "attn_scores",
+    "attn_mix",
 ];
 
 // ---------------------------------------------------------------------------
@@ -524,6 +526,88 @@ unsafe fn axpy(y: *mut f32, a: Option<f32>, x: *const f32, n: usize) {
             Some(a) => a * *x.add(i),
             None => *x.add(i),
         };
+        i += 1;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Attention over the KV cache: attn_scores, attn_mix
+
+/// out[t] = dot(q, row t) · scale: `dot` itself per row (so bit-identical to
+/// `dot_f32` row by row), but inlined in one loop: at head_dim 64 a call
+/// per row cost more than the row's eight FMAs.
+pub fn attn_scores(out: &mut [f32], q: &[f32], rows: &[f32], stride: usize, scale: f32) {
+    super::check_rows(rows, out.len(), stride, q.len());
+    // SAFETY: AVX2 and FMA verified by the guard; check_rows bounded every
+    // row read, q holds q.len() elements and out out.len().
+    unsafe {
+        scores(
+            out.as_mut_ptr(),
+            out.len(),
+            q.as_ptr(),
+            q.len(),
+            rows.as_ptr(),
+            stride,
+            scale,
+        )
+    }
+}
+
+/// Safety: AVX2 + FMA; `check_rows(rows, keys, stride, n)` holds.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores(out: *mut f32, keys: usize, q: *const f32, n: usize, rows: *const f32, stride: usize, scale: f32) {
+    for t in 0..keys {
+        super::prefetch_f32(rows.wrapping_add((t + super::ROWS_AHEAD) * stride), n);
+        *out.add(t) = dot(q, rows.add(t * stride), n) * scale;
+    }
+}
+
+/// out += p[t] · row t in t order, with axpy's multiply-then-add per element
+/// (bit-identical to `axpy_f32` row by row), 64 outputs at a time held in
+/// registers across all rows instead of loaded and stored once per row.
+pub fn attn_mix(out: &mut [f32], p: &[f32], rows: &[f32], stride: usize) {
+    super::check_rows(rows, p.len(), stride, out.len());
+    // SAFETY: AVX2 verified by the guard; check_rows bounded every row read,
+    // p holds p.len() elements and out out.len().
+    unsafe { mix(out.as_mut_ptr(), out.len(), p.as_ptr(), p.len(), rows.as_ptr(), stride) }
+}
+
+/// Safety: AVX2; `check_rows(rows, keys, stride, n)` holds.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn mix(out: *mut f32, n: usize, p: *const f32, keys: usize, rows: *const f32, stride: usize) {
+    let mut i = 0;
+    while i + 64 <= n {
+        let mut acc: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(out.add(i + 8 * j)));
+        for t in 0..keys {
+            let row = rows.add(t * stride + i);
+            super::prefetch_f32(row.wrapping_add(super::ROWS_AHEAD * stride), 64);
+            let pt = _mm256_set1_ps(*p.add(t));
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(pt, _mm256_loadu_ps(row.add(8 * j))));
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(i + 8 * j), *a);
+        }
+        i += 64;
+    }
+    while i + 8 <= n {
+        let mut a = _mm256_loadu_ps(out.add(i));
+        for t in 0..keys {
+            a = _mm256_add_ps(
+                a,
+                _mm256_mul_ps(_mm256_set1_ps(*p.add(t)), _mm256_loadu_ps(rows.add(t * stride + i))),
+            );
+        }
+        _mm256_storeu_ps(out.add(i), a);
+        i += 8;
+    }
+    while i < n {
+        let mut a = *out.add(i);
+        for t in 0..keys {
+            a += *p.add(t) * *rows.add(t * stride + i);
+        }
+        *out.add(i) = a;
         i += 1;
     }
 }

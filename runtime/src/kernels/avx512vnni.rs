@@ -29,7 +29,7 @@ use crate::core::quant::{Q4_BLOCK_BYTES, QK};
 use crate::core::tensor::{QAct, QTensor};
 
 // The fallback chain, skipping avxvnni (see above): the float kernels are AVX2's.
-pub use super::avx2::{add, axpy_f32, dot_f32, rmsnorm, rope, silu_mul, softmax};
+pub use super::avx2::{add, attn_mix, attn_scores, axpy_f32, dot_f32, rmsnorm, rope, silu_mul, softmax};
 
 pub const TIER: &str = "avx512vnni";
 /// The AVX2 tier's features (its float kernels are bound here) plus what the

@@ -22,7 +22,7 @@ use crate::core::quant::{Q4_BLOCK_BYTES, QK};
 use crate::core::tensor::{QAct, QTensor};
 
 // The fallback chain: what this tier does not implement is AVX2's.
-pub use super::avx2::{add, axpy_f32, dot_f32, quantize_q8, rmsnorm, rope, silu_mul, softmax};
+pub use super::avx2::{add, attn_mix, attn_scores, axpy_f32, dot_f32, quantize_q8, rmsnorm, rope, silu_mul, softmax};
 
 pub const TIER: &str = "avxvnni";
 /// The AVX2 tier's features (its kernels are bound here too) plus AVX-VNNI.

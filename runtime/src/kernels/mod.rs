@@ -6,7 +6,8 @@
 //!
 //! A tier's module implements the kernels its instructions improve (listed in
 //! its `PROVIDES`) and re-exports the rest from the tier below it, so each
-//! module is a complete set of ten and its fallback chain reads in one place.
+//! module is a complete set of twelve (the spec's ten, plus attention's
+//! `attn_scores`/`attn_mix`) and its fallback chain reads in one place.
 //! Only the enabled tiers are compiled; the cargo features chain
 //! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`; `isa-sve`
 //! enables `isa-neon-dotprod` enables `isa-neon`), so every module a tier
@@ -16,6 +17,57 @@
 //! `neon_a64.rs` (NEON on AArch64) and `neon_v7.rs` (NEON on ARMv7), both
 //! compiled as the module `kernels::neon` for their target, then
 //! `neon_dotprod.rs` and `sve.rs` (AArch64 only).
+
+/// Attention over a KV cache's rows, built on the tier's own `dot_f32`
+/// and `axpy_f32` (one call per position): what a tier without a fused
+/// version binds. Row `t` is `rows[t·stride ..][.. n]`.
+///
+/// * `attn_scores`: out[t] = dot(q, row t) · scale, for t < out.len().
+/// * `attn_mix`: out += p[t] · row t, for t < p.len() in order (axpy's
+///   element operations, so a fused tier can match it bit for bit).
+///
+/// Both panic (`check_rows`), as slice indexing would, if a row runs past
+/// `rows`.
+macro_rules! attention_by_rows {
+    () => {
+        pub fn attn_scores(out: &mut [f32], q: &[f32], rows: &[f32], stride: usize, scale: f32) {
+            let n = q.len();
+            super::check_rows(rows, out.len(), stride, n);
+            for (t, score) in out.iter_mut().enumerate() {
+                super::prefetch_f32(rows.as_ptr().wrapping_add((t + super::ROWS_AHEAD) * stride), n);
+                *score = dot_f32(q, &rows[t * stride..t * stride + n]) * scale;
+            }
+        }
+
+        pub fn attn_mix(out: &mut [f32], p: &[f32], rows: &[f32], stride: usize) {
+            let n = out.len();
+            super::check_rows(rows, p.len(), stride, n);
+            for (t, &pt) in p.iter().enumerate() {
+                super::prefetch_f32(rows.as_ptr().wrapping_add((t + super::ROWS_AHEAD) * stride), n);
+                axpy_f32(out, pt, &rows[t * stride..t * stride + n]);
+            }
+        }
+    };
+}
+
+/// KV rows ahead that attention prefetches. The rows come from memory (the
+/// weights streamed since the last token evicted them). On SmolLM2 Q4_0
+/// (head_dim 64, rows 768 bytes apart), decoding 1024 tokens at 1 thread:
+/// 6 rows ahead 153.8 tok/s, 16 rows 160.8, 32 rows 140.6.
+const ROWS_AHEAD: usize = 16;
+
+/// The rows `attn_scores`/`attn_mix` read; panics as slice indexing would
+/// (before any unsafe code) when row `keys − 1` runs past `rows`.
+fn check_rows(rows: &[f32], keys: usize, stride: usize, n: usize) {
+    if keys > 0 {
+        let end = (keys - 1).checked_mul(stride).and_then(|s| s.checked_add(n));
+        assert!(
+            end.is_some_and(|e| e <= rows.len()),
+            "attention rows: {keys} rows of {n} every {stride} exceed {} floats",
+            rows.len()
+        );
+    }
+}
 
 pub mod scalar;
 
@@ -149,13 +201,16 @@ use neon as active;
 )))]
 mod active {
     pub use super::scalar::{
-        add, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul, softmax,
+        add, attn_mix, attn_scores, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul,
+        softmax,
     };
     pub const TIER: &str = "scalar";
     pub const REQUIRED_FEATURES: &[&str] = &[];
 }
 
-pub use active::{add, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul, softmax};
+pub use active::{
+    add, attn_mix, attn_scores, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul, softmax,
+};
 
 /// The instruction-set tier this build was compiled for.
 pub const TIER: &str = active::TIER;
@@ -188,6 +243,35 @@ pub fn prefetch_f32(p: *const f32, len: usize) {
         // read, no fault, no flags or stack touched.
         unsafe {
             std::arch::asm!("prfm pldl1keep, [{0}]", in(reg) _a, options(nostack, readonly, preserves_flags))
+        }
+    }
+}
+
+/// Asks for the cache lines of `items` into L2 (T1; `pldl2keep` on
+/// AArch64): a matrix that the next matvec streams, requested while the
+/// core computes something else, so memory works during that phase too.
+/// A hint like [`prefetch_f32`]: no fault, no result changed; a no-op on
+/// targets without a stable prefetch.
+#[inline]
+pub fn prefetch_l2<T>(items: &[T]) {
+    let start = items.as_ptr().cast::<u8>();
+    for line in (0..std::mem::size_of_val(items)).step_by(64) {
+        let _a = start.wrapping_add(line);
+        #[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(miri)))]
+        // SAFETY: prefetcht1 is in every x86-64 and in the i686 target's
+        // SSE baseline; it reads nothing architecturally and cannot fault.
+        unsafe {
+            #[cfg(target_arch = "x86")]
+            use std::arch::x86::{_mm_prefetch, _MM_HINT_T1};
+            #[cfg(target_arch = "x86_64")]
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            _mm_prefetch::<_MM_HINT_T1>(_a.cast())
+        }
+        #[cfg(all(target_arch = "aarch64", not(miri)))]
+        // SAFETY: prfm is a hint in the AArch64 base ISA: no architectural
+        // read, no fault, no flags or stack touched.
+        unsafe {
+            std::arch::asm!("prfm pldl2keep, [{0}]", in(reg) _a, options(nostack, readonly, preserves_flags))
         }
     }
 }

@@ -53,6 +53,8 @@ pub const PROVIDES: &[&str] = &[
     "add",
     "dot_f32",
     "axpy_f32",
+    "attn_scores",
+    "attn_mix",
 ];
 
 /// Keeps the `.init_array` NEON check linked into every binary that can
@@ -886,3 +888,5 @@ unsafe fn axpy(y: *mut f32, a: Option<f32>, x: *const f32, n8: usize) {
         run!("");
     }
 }
+
+attention_by_rows!();

@@ -20,6 +20,8 @@ pub const PROVIDES: &[&str] = &[
     "add",
     "dot_f32",
     "axpy_f32",
+    "attn_scores",
+    "attn_mix",
 ];
 
 /// Integer dot of one Q8_0 weight block with one Q8_0 activation block.
@@ -169,3 +171,5 @@ pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
         *yi += a * xi;
     }
 }
+
+attention_by_rows!();

@@ -37,6 +37,8 @@ pub const PROVIDES: &[&str] = &[
     "add",
     "dot_f32",
     "axpy_f32",
+    "attn_scores",
+    "attn_mix",
 ];
 
 // ---------------------------------------------------------------------------
@@ -573,3 +575,5 @@ unsafe fn axpy(y: *mut f32, a: Option<f32>, x: *const f32, n: usize) {
         i += 1;
     }
 }
+
+attention_by_rows!();

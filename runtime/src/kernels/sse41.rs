@@ -21,7 +21,7 @@ use crate::core::quant::{Q4_BLOCK_BYTES, QK};
 use crate::core::tensor::{QAct, QTensor};
 
 // The fallback chain: what this tier does not implement is SSE2's.
-pub use super::sse2::{add, axpy_f32, dot_f32, quantize_q8, rmsnorm, rope, silu_mul, softmax};
+pub use super::sse2::{add, attn_mix, attn_scores, axpy_f32, dot_f32, quantize_q8, rmsnorm, rope, silu_mul, softmax};
 
 pub const TIER: &str = "sse41";
 /// `sse4.1` implies ssse3 and sse3 for the code generator, so all are needed.

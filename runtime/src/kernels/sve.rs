@@ -52,7 +52,7 @@ use crate::core::quant::{Q4_BLOCK_BYTES, QK};
 use crate::core::tensor::{QAct, QTensor};
 
 // The fallback chain, skipping neon_dotprod (see above): the rest is NEON's.
-pub use super::neon::{add, axpy_f32, dot_f32, quantize_q8, rmsnorm, rope, silu_mul, softmax};
+pub use super::neon::{add, attn_mix, attn_scores, axpy_f32, dot_f32, quantize_q8, rmsnorm, rope, silu_mul, softmax};
 
 pub const TIER: &str = "sve";
 /// HWCAP_ASIMD (the NEON tier's kernels are bound here) and HWCAP_SVE.
