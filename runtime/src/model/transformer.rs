@@ -270,11 +270,12 @@ impl<'m> Transformer<'m> {
         let cos = &b.rope_cos[pos * half..(pos + 1) * half];
         let sin = &b.rope_sin[pos * half..(pos + 1) * half];
 
-        warm(&weights.layers[0].wq);
+        let single = exec.threads() == 1;
+        warm(single, &weights.layers[0].wq);
         for (l, lw) in weights.layers.iter().enumerate() {
             // Attention.
-            warm(&lw.wk);
-            warm(&lw.wv);
+            warm(single, &lw.wk);
+            warm(single, &lw.wv);
             ops::rmsnorm(b.xb, b.x, lw.attn_norm, h.norm_eps);
             let qa = ops::quantize(b.act_q, b.act_d, b.xb);
             let row = (l * seq + pos) * kv_dim;
@@ -287,7 +288,7 @@ impl<'m> Transformer<'m> {
             let layer_keys = &b.key_cache[l * seq * kv_dim..(l * seq + pos + 1) * kv_dim];
             let layer_values = &b.value_cache[l * seq * kv_dim..(l * seq + pos + 1) * kv_dim];
             let q = &*b.q;
-            warm(&lw.wo);
+            warm(single, &lw.wo);
             let per = exec.units_per_thread(n_heads, 1);
             let parts = b.att[..n_heads * seq]
                 .chunks_mut(per * seq)
@@ -317,18 +318,18 @@ impl<'m> Transformer<'m> {
             ops::add(b.x, b.xb2);
 
             // Feed-forward: w2 · (silu(w1 · h) ⊙ (w3 · h)).
-            warm(&lw.w1);
-            warm(&lw.w3);
+            warm(single, &lw.w1);
+            warm(single, &lw.w3);
             ops::rmsnorm(b.xb, b.x, lw.ffn_norm, h.norm_eps);
             let qa = ops::quantize(b.act_q, b.act_d, b.xb);
             exec.matvecs([&mut *b.hb, &mut *b.hb2], [&lw.w1, &lw.w3], &qa);
-            warm(&lw.w2);
+            warm(single, &lw.w2);
             ops::silu_mul(b.hb, b.hb2);
             let qa = ops::quantize(b.act_q, b.act_d, b.hb);
             exec.matvec(b.xb2, &lw.w2, &qa);
             match weights.layers.get(l + 1) {
-                Some(next) => warm(&next.wq),
-                None => warm(&weights.wcls),
+                Some(next) => warm(single, &next.wq),
+                None => warm(single, &weights.wcls),
             }
             ops::add(b.x, b.xb2);
         }
@@ -398,9 +399,13 @@ fn attend(
 /// bench`, 8 interleaved runs each): 63.8% of the roofline without, 70.2%
 /// with; 512 KiB gave less, and Q4_0 gained nothing (68.0% vs 66.5%), so
 /// its matvecs stream on their own prefetch alone.
-fn warm(w: &QTensor) {
+///
+/// Only on a single thread: with more, the matvec's cores stream in
+/// parallel, and the caller's prefetch pass only delays them (2 threads,
+/// 6 interleaved runs: 73.2% of the roofline without, 69.0% with).
+fn warm(single_thread: bool, w: &QTensor) {
     const WARM_LIMIT: usize = 2 << 20;
-    if w.wtype != WType::Q8_0 {
+    if !single_thread || w.wtype != WType::Q8_0 {
         return;
     }
     let bytes = WARM_LIMIT.min(w.q.len());
