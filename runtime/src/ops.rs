@@ -6,9 +6,7 @@ use crate::core::quant::QK;
 use crate::core::tensor::{QAct, QTensor, WType};
 use crate::kernels;
 
-pub use kernels::{
-    add, attn_mix, attn_scores, axpy_f32, dot_f32, prefetch_f32, prefetch_l2, rmsnorm, rope, silu_mul, softmax,
-};
+pub use kernels::{add, attn_mix, attn_scores, axpy_f32, dot_f32, prefetch_l2, rmsnorm, rope, silu_mul, softmax};
 
 /// Runs work on one thread, or with feature `threads` on a pool. Work is
 /// split statically into contiguous ranges of whole units, so every unit is

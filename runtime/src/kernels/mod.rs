@@ -219,60 +219,69 @@ pub const TIER: &str = active::TIER;
 /// execute; `core::isa` checks them before any kernel can run.
 pub const REQUIRED_FEATURES: &[&str] = active::REQUIRED_FEATURES;
 
-/// Asks for the cache lines of the `len` floats from `p` on, to be read
-/// soon (attention's key and value rows, a few positions ahead: they come
-/// from L3 or memory, since each layer's weights stream through the caches
-/// between two visits). A hint: it never faults, whatever the address, and
-/// changes no result; a no-op on targets without a stable prefetch.
+/// Which cache a prefetch asks a line into.
+#[derive(Clone, Copy)]
+enum CacheLevel {
+    /// prefetcht0 / `pldl1keep`.
+    L1,
+    /// prefetcht1 / `pldl2keep`.
+    L2,
+}
+
+/// Asks for the line holding `p` in `level`. A hint: it never faults,
+/// whatever the address (past the end of an array included), and changes
+/// no result; a no-op on targets without a stable prefetch and under Miri.
 #[inline(always)]
-pub fn prefetch_f32(p: *const f32, len: usize) {
-    for line in (0..len).step_by(16) {
-        let _a = p.wrapping_add(line);
-        #[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(miri)))]
-        // SAFETY: prefetcht0 is in every x86-64 and in the i686 target's
-        // SSE baseline; it reads nothing architecturally and cannot fault.
-        unsafe {
-            #[cfg(target_arch = "x86")]
-            use std::arch::x86::{_mm_prefetch, _MM_HINT_T0};
-            #[cfg(target_arch = "x86_64")]
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(_a.cast())
+fn prefetch_line(p: *const u8, level: CacheLevel) {
+    let _ = (p, level);
+    #[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(miri)))]
+    // SAFETY: prefetch is an SSE instruction, in every x86-64 and in the
+    // i686 target's baseline; it reads nothing architecturally and cannot
+    // fault.
+    unsafe {
+        #[cfg(target_arch = "x86")]
+        use std::arch::x86::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        #[cfg(target_arch = "x86_64")]
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        match level {
+            CacheLevel::L1 => _mm_prefetch::<_MM_HINT_T0>(p.cast()),
+            CacheLevel::L2 => _mm_prefetch::<_MM_HINT_T1>(p.cast()),
         }
-        #[cfg(all(target_arch = "aarch64", not(miri)))]
-        // SAFETY: prfm is a hint in the AArch64 base ISA: no architectural
-        // read, no fault, no flags or stack touched.
-        unsafe {
-            std::arch::asm!("prfm pldl1keep, [{0}]", in(reg) _a, options(nostack, readonly, preserves_flags))
+    }
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
+    // SAFETY: prfm is a hint in the AArch64 base ISA: no architectural
+    // read, no fault, no flags or stack touched.
+    unsafe {
+        match level {
+            CacheLevel::L1 => {
+                std::arch::asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags))
+            }
+            CacheLevel::L2 => {
+                std::arch::asm!("prfm pldl2keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags))
+            }
         }
     }
 }
 
-/// Asks for the cache lines of `items` into L2 (T1; `pldl2keep` on
-/// AArch64): a matrix that the next matvec streams, requested while the
-/// core computes something else, so memory works during that phase too.
-/// A hint like [`prefetch_f32`]: no fault, no result changed; a no-op on
-/// targets without a stable prefetch.
+/// Asks for the cache lines of the `len` floats from `p` on, into L1, to be
+/// read soon (attention's key and value rows, a few positions ahead: they
+/// come from L3 or memory, since each layer's weights stream through the
+/// caches between two visits). `p` may point anywhere.
+#[inline(always)]
+pub fn prefetch_f32(p: *const f32, len: usize) {
+    for line in (0..len).step_by(16) {
+        prefetch_line(p.wrapping_add(line).cast(), CacheLevel::L1);
+    }
+}
+
+/// Asks for the cache lines of `items` into L2: a matrix that the next
+/// matvec streams, requested while the core computes something else, so
+/// memory works during that phase too.
 #[inline]
 pub fn prefetch_l2<T>(items: &[T]) {
     let start = items.as_ptr().cast::<u8>();
     for line in (0..std::mem::size_of_val(items)).step_by(64) {
-        let _a = start.wrapping_add(line);
-        #[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(miri)))]
-        // SAFETY: prefetcht1 is in every x86-64 and in the i686 target's
-        // SSE baseline; it reads nothing architecturally and cannot fault.
-        unsafe {
-            #[cfg(target_arch = "x86")]
-            use std::arch::x86::{_mm_prefetch, _MM_HINT_T1};
-            #[cfg(target_arch = "x86_64")]
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-            _mm_prefetch::<_MM_HINT_T1>(_a.cast())
-        }
-        #[cfg(all(target_arch = "aarch64", not(miri)))]
-        // SAFETY: prfm is a hint in the AArch64 base ISA: no architectural
-        // read, no fault, no flags or stack touched.
-        unsafe {
-            std::arch::asm!("prfm pldl2keep, [{0}]", in(reg) _a, options(nostack, readonly, preserves_flags))
-        }
+        prefetch_line(start.wrapping_add(line), CacheLevel::L2);
     }
 }
 
@@ -285,10 +294,7 @@ pub fn prefetch_l2<T>(items: &[T]) {
 /// kernels stream at 85–90 % of it.
 #[cfg(all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")))]
 pub(crate) mod prefetch {
-    #[cfg(target_arch = "x86")]
-    use std::arch::x86::{_mm_prefetch, _MM_HINT_T1};
-    #[cfg(target_arch = "x86_64")]
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    use super::{prefetch_line, CacheLevel};
 
     /// Bytes ahead of the current position in each weight row stream.
     pub const WEIGHTS_AHEAD: usize = 16 << 10;
@@ -297,10 +303,7 @@ pub(crate) mod prefetch {
     /// the end of the matrix included: a prefetch never faults.
     #[inline(always)]
     pub fn to_l2<T>(p: *const T) {
-        // SAFETY: prefetch is an SSE instruction, in every x86-64 and in
-        // the i686 target's baseline; it reads nothing architecturally and
-        // cannot fault, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) }
+        prefetch_line(p.cast(), CacheLevel::L2);
     }
 
     /// The prefetches of a four-row group (rows r..r+4, `stride` bytes
