@@ -242,7 +242,7 @@ pub fn seed(sh: &Shell, root: &Path, row: &Row, built: &[(String, String, Vec<St
     if dst.exists() {
         return None;
     }
-    let same = built.iter().find(|(_, t, f)| *t == row.target && *f == row.rustflags);
+    let same = built.iter().find(|(_, t, f)| shares_target_dir_kind(row, t, f));
     let src_row = same.or_else(|| built.first())?;
     let src = target_dir(root, &src_row.0);
     if !src.exists() {
@@ -267,6 +267,12 @@ pub fn seed(sh: &Shell, root: &Path, row: &Row, built: &[(String, String, Vec<St
             src_row.0
         ))
     }
+}
+
+/// Whether a row builds for this triple with these rustflags: then its
+/// target dir can seed (or be seeded from) the row's.
+pub fn shares_target_dir_kind(row: &Row, triple: &str, rustflags: &[String]) -> bool {
+    row.target == triple && row.rustflags == rustflags
 }
 
 /// Removes a finished row's target dir; says what it freed.

@@ -259,7 +259,7 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
             if let Some(how) = builder::seed(&sh, &root, row, &built) {
                 progress.done(&row.name, "target dir", 0.0, &how);
             }
-            let first_of_its_kind = !built.iter().any(|(_, t, f)| *t == row.target && *f == row.rustflags);
+            let first_of_its_kind = !built.iter().any(|(_, t, f)| builder::shares_target_dir_kind(row, t, f));
             let r = run_row(&sh, &ctx, row);
             let built_ok = r.build.status == "ok";
             if built_ok {
