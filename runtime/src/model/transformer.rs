@@ -270,12 +270,17 @@ impl<'m> Transformer<'m> {
         let cos = &b.rope_cos[pos * half..(pos + 1) * half];
         let sin = &b.rope_sin[pos * half..(pos + 1) * half];
 
-        let single = exec.threads() == 1;
-        warm(single, &weights.layers[0].wq);
+        let warm_q8 = exec.threads() == 1 && h.wtype == WType::Q8_0;
+        let warm = |w: &QTensor| {
+            if warm_q8 {
+                prefetch_matrix(w);
+            }
+        };
+        warm(&weights.layers[0].wq);
         for (l, lw) in weights.layers.iter().enumerate() {
             // Attention.
-            warm(single, &lw.wk);
-            warm(single, &lw.wv);
+            warm(&lw.wk);
+            warm(&lw.wv);
             ops::rmsnorm(b.xb, b.x, lw.attn_norm, h.norm_eps);
             let qa = ops::quantize(b.act_q, b.act_d, b.xb);
             let row = (l * seq + pos) * kv_dim;
@@ -288,7 +293,7 @@ impl<'m> Transformer<'m> {
             let layer_keys = &b.key_cache[l * seq * kv_dim..(l * seq + pos + 1) * kv_dim];
             let layer_values = &b.value_cache[l * seq * kv_dim..(l * seq + pos + 1) * kv_dim];
             let q = &*b.q;
-            warm(single, &lw.wo);
+            warm(&lw.wo);
             let per = exec.units_per_thread(n_heads, 1);
             let parts = b.att[..n_heads * seq]
                 .chunks_mut(per * seq)
@@ -318,18 +323,18 @@ impl<'m> Transformer<'m> {
             ops::add(b.x, b.xb2);
 
             // Feed-forward: w2 · (silu(w1 · h) ⊙ (w3 · h)).
-            warm(single, &lw.w1);
-            warm(single, &lw.w3);
+            warm(&lw.w1);
+            warm(&lw.w3);
             ops::rmsnorm(b.xb, b.x, lw.ffn_norm, h.norm_eps);
             let qa = ops::quantize(b.act_q, b.act_d, b.xb);
             exec.matvecs([&mut *b.hb, &mut *b.hb2], [&lw.w1, &lw.w3], &qa);
-            warm(single, &lw.w2);
+            warm(&lw.w2);
             ops::silu_mul(b.hb, b.hb2);
             let qa = ops::quantize(b.act_q, b.act_d, b.hb);
             exec.matvec(b.xb2, &lw.w2, &qa);
             match weights.layers.get(l + 1) {
-                Some(next) => warm(single, &next.wq),
-                None => warm(single, &weights.wcls),
+                Some(next) => warm(&next.wq),
+                None => warm(&weights.wcls),
             }
             ops::add(b.x, b.xb2);
         }
@@ -393,21 +398,19 @@ fn attend(
     ops::attn_mix(out, att, &values[kv_off..], kv_dim);
 }
 
-/// Q8_0 matrices are requested whole (up to `WARM_LIMIT` bytes, i.e. all
-/// but the classifier) into the caches one phase before their matvec, in
-/// one sequential pass. Measured on SmolLM2-135M Q8_0 at 1 thread (`ml
-/// bench`, 8 interleaved runs each): 63.8% of the roofline without, 70.2%
-/// with; 512 KiB gave less, and Q4_0 gained nothing (68.0% vs 66.5%), so
-/// its matvecs stream on their own prefetch alone.
+/// Requests a matrix (its first `WARM_LIMIT` bytes, i.e. all but the
+/// classifier, and their scales) into the caches in one sequential pass.
+/// `forward` does it for each Q8_0 matrix one phase before its matvec.
+/// Measured on SmolLM2-135M Q8_0 at 1 thread (`ml bench`, 8 interleaved
+/// runs each): 63.8% of the roofline without, 70.2% with; 512 KiB gave
+/// less, and Q4_0 gained nothing (68.0% vs 66.5%), so its matvecs stream on
+/// their own prefetch alone.
 ///
 /// Only on a single thread: with more, the matvec's cores stream in
 /// parallel, and the caller's prefetch pass only delays them (2 threads,
 /// 6 interleaved runs: 73.2% of the roofline without, 69.0% with).
-fn warm(single_thread: bool, w: &QTensor) {
+fn prefetch_matrix(w: &QTensor) {
     const WARM_LIMIT: usize = 2 << 20;
-    if !single_thread || w.wtype != WType::Q8_0 {
-        return;
-    }
     let bytes = WARM_LIMIT.min(w.q.len());
     let rows = bytes / w.row_bytes().max(1);
     ops::prefetch_l2(&w.q[..bytes]);
