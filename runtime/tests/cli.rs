@@ -353,3 +353,44 @@ fn load_modes_give_the_same_logits() {
         );
     }
 }
+
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn bench_json_holds_decode_against_the_bandwidth_read_during_it() {
+    let dir = TempDir::new("bench");
+    let model = gen(&dir, "m.mlb", &["--wtype", "q4_0"]);
+    let o = ml(&[
+        "bench",
+        "--no-kernels",
+        "--json",
+        "--model",
+        &model,
+        "--prompt",
+        "3",
+        "-n",
+        "40",
+        "--probe-mib",
+        "4",
+        "--seconds",
+        "0.01",
+        "--threads",
+        "1",
+    ]);
+    assert!(o.status.success(), "ml bench failed: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+    let m = &v["model"];
+    let num = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("model.{k} missing in {m}"));
+    assert_eq!(num("decode_tokens"), 40.0);
+    assert_eq!(num("prompt_tokens"), 3.0);
+    assert!(num("weight_bytes_per_token") > 0.0);
+    // The roofline is the bandwidth read between decode chunks over the
+    // weight bytes of a token, and the fractions are against it and the peak.
+    let (bw, decode) = (num("decode_bandwidth_gb_per_s"), num("decode_tok_per_s"));
+    assert!(bw > 0.0 && decode > 0.0, "{m}");
+    let roofline = bw * 1e9 / num("weight_bytes_per_token");
+    assert!((num("roofline_tok_per_s") - roofline).abs() <= 1e-3 * roofline, "{m}");
+    assert!((num("roofline_fraction") - decode / roofline).abs() < 1e-3, "{m}");
+    let peak = v["bandwidth_gb_per_s"]["1"].as_f64().expect("peak bandwidth");
+    let peak_fraction = decode / (peak * 1e9 / num("weight_bytes_per_token"));
+    assert!((num("peak_roofline_fraction") - peak_fraction).abs() < 1e-3, "{m}");
+}
