@@ -556,9 +556,39 @@ pub fn attn_scores(out: &mut [f32], q: &[f32], rows: &[f32], stride: usize, scal
 /// Safety: AVX2 + FMA; `check_rows(rows, keys, stride, n)` holds.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn scores(out: *mut f32, keys: usize, q: *const f32, n: usize, rows: *const f32, stride: usize, scale: f32) {
+    if n == 64 {
+        return scores_64(out, keys, q, rows, stride, scale);
+    }
     for t in 0..keys {
         super::prefetch_f32(rows.wrapping_add((t + super::ROWS_AHEAD) * stride), n);
         *out.add(t) = dot(q, rows.add(t * stride), n) * scale;
+    }
+}
+
+/// `scores` at head size 64 (SmolLM2's, stories15M's, Llama's is 128) with
+/// q held in eight registers across all rows and the row's dot unrolled:
+/// `dot`'s exact operations (four accumulators from zero, two chunks of 32,
+/// then (a0 + a1) + (a2 + a3) and `hsum_ps`), so still bit-identical to
+/// `dot_f32`. Attention at 144 positions (SmolLM2's shape, in L2, `ml
+/// bench` of a scratch harness): 9.3 → 7.8 µs per layer.
+///
+/// Safety: as `scores`, with n = 64.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores_64(out: *mut f32, keys: usize, q: *const f32, rows: *const f32, stride: usize, scale: f32) {
+    let qv: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(q.add(8 * j)));
+    for t in 0..keys {
+        let row = rows.add(t * stride);
+        super::prefetch_f32(rows.wrapping_add((t + super::ROWS_AHEAD) * stride), 64);
+        let mut acc: [__m256; 4] =
+            std::array::from_fn(|j| _mm256_fmadd_ps(qv[j], _mm256_loadu_ps(row.add(8 * j)), _mm256_setzero_ps()));
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_fmadd_ps(qv[4 + j], _mm256_loadu_ps(row.add(32 + 8 * j)), *a);
+        }
+        let sum = hsum_ps(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
+        *out.add(t) = sum * scale;
     }
 }
 

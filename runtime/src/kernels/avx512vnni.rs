@@ -243,6 +243,12 @@ unsafe fn q4_quad_dot(p: *const u8, x: XQuadQ4) -> __m512i {
     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(x.bias, lo, x.lo), hi, x.hi)
 }
 
+/// Activation quads `matvec` prepares once per call rather than once per
+/// four-row group: 64 (12 KiB of stack) cover K ≤ 8192; past that each
+/// group prepares its own. On this project's Zen 4, Q4_0 in cache: 576×576
+/// 4.9 → 4.4 µs, 4096×4096 219 → 189 µs (`ml bench --shape`).
+const MAX_HOISTED_QUADS: usize = 64;
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn hsum_epi32(v: __m256i) -> i32 {
@@ -280,6 +286,14 @@ unsafe fn matvec<const Q4: bool>(
     let pairs = (nb - 4 * quads) / 2;
     let x2 = |b: usize| x_pair(_mm512_loadu_si512(xq.add(b * QK).cast()));
     let x1 = |b: usize| x_pair(_mm512_zextsi256_si512(_mm256_loadu_si256(xq.add(b * QK).cast())));
+    // Every row group reads the same activation quads: prepare them once.
+    let mut xquads = [std::mem::MaybeUninit::<XQuadQ4>::uninit(); MAX_HOISTED_QUADS];
+    let hoisted = quads <= MAX_HOISTED_QUADS;
+    if hoisted {
+        for (qd, slot) in xquads[..quads].iter_mut().enumerate() {
+            slot.write(x_quad_q4(xq.add(4 * qd * QK)));
+        }
+    }
     let mut r = r0;
     while r + 4 <= r1 {
         let row = |j: usize| wq.add((r + j) * stride);
@@ -316,7 +330,11 @@ unsafe fn matvec<const Q4: bool>(
         for qd in 0..quads {
             let b = 4 * qd;
             prefetch::row_group(wq, wd, stride, nb, r, b, 4, bb);
-            let xb = x_quad_q4(xq.add(b * QK));
+            let xb = match xquads.get(qd) {
+                // SAFETY: slots 0..quads were written above when hoisted.
+                Some(slot) if hoisted => slot.assume_init(),
+                _ => x_quad_q4(xq.add(b * QK)),
+            };
             let sumi = hsum4_lanes(
                 q4_quad_dot(row(0).add(b * bb), xb),
                 q4_quad_dot(row(1).add(b * bb), xb),

@@ -301,21 +301,20 @@ impl<'m> Transformer<'m> {
                 .enumerate()
                 .map(|(i, (att, out))| (i * per, att, out));
             exec.for_parts(parts, &|(first, att, out): (usize, &mut [f32], &mut [f32])| {
-                for (j, (att, out)) in att.chunks_mut(seq).zip(out.chunks_mut(head_dim)).enumerate() {
-                    let head = first + j;
-                    let kv_off = (head / group) * head_dim;
-                    let q_h = &q[head * head_dim..(head + 1) * head_dim];
-                    attend(
-                        q_h,
-                        layer_keys,
-                        layer_values,
-                        kv_dim,
-                        kv_off,
-                        inv_sqrt_hd,
-                        &mut att[..=pos],
-                        out,
-                    );
-                }
+                attend_heads(
+                    q,
+                    first,
+                    group,
+                    head_dim,
+                    layer_keys,
+                    layer_values,
+                    kv_dim,
+                    inv_sqrt_hd,
+                    pos + 1,
+                    att,
+                    seq,
+                    out,
+                );
             });
 
             let qa = ops::quantize(b.act_q, b.act_d, b.xb);
@@ -377,25 +376,59 @@ impl Transformer<'_> {
     }
 }
 
-/// One head's attention over positions 0..=pos: scores against every cached
-/// key, softmax, then the probability-weighted sum of the cached values.
-/// `keys`/`values` hold one `kv_dim` row per position; the head's KV head
-/// starts at `kv_off` within each row.
+/// Positions per attention tile: 16 rows of a GQA cache (SmolLM2: 16 ×
+/// 768 bytes of keys) stay in L1 while every head reads them. SmolLM2-135M
+/// Q4_0, 512 decoded tokens on one thread (`ml bench`, 5 interleaved runs
+/// each): 199.2 tok/s untiled, 204.5 with 8, 209.6 with 16; 32 and 64 gained
+/// less.
+const ATTN_TILE: usize = 16;
+
+/// Attention of the heads `first..` (one `seq`-long row of `att` and one
+/// `head_dim` slice of `out` each) over positions 0..len: scores against
+/// every cached key, softmax, then the probability-weighted sum of the
+/// cached values. `keys`/`values` hold one `kv_dim` row per position; head
+/// h reads KV head h / group, at offset (h / group)·head_dim in each row.
+///
+/// The positions run in tiles, every head over one tile before the next:
+/// a tile's rows come from memory once and the other heads read them from
+/// L1, instead of each head streaming the whole history on its own. Each
+/// head's scores and sums are the same operations in the same order as
+/// one call over all positions (a score depends on its row alone, and
+/// `attn_mix` adds row after row into `out`), so the tiling changes no bit.
 #[allow(clippy::too_many_arguments)]
-fn attend(
-    q_h: &[f32],
+fn attend_heads(
+    q: &[f32],
+    first: usize,
+    group: usize,
+    head_dim: usize,
     keys: &[f32],
     values: &[f32],
     kv_dim: usize,
-    kv_off: usize,
     scale: f32,
+    len: usize,
     att: &mut [f32],
+    seq: usize,
     out: &mut [f32],
 ) {
-    ops::attn_scores(att, q_h, &keys[kv_off..], kv_dim, scale);
-    ops::softmax(att);
-    out.fill(0.0);
-    ops::attn_mix(out, att, &values[kv_off..], kv_dim);
+    let heads = out.len() / head_dim;
+    let kv_off = |j: usize| ((first + j) / group) * head_dim;
+    for t0 in (0..len).step_by(ATTN_TILE) {
+        let t1 = (t0 + ATTN_TILE).min(len);
+        for (j, att) in att.chunks_mut(seq).take(heads).enumerate() {
+            let q_h = &q[(first + j) * head_dim..(first + j + 1) * head_dim];
+            ops::attn_scores(&mut att[t0..t1], q_h, &keys[t0 * kv_dim + kv_off(j)..], kv_dim, scale);
+        }
+    }
+    for (att, out) in att.chunks_mut(seq).zip(out.chunks_mut(head_dim)) {
+        ops::softmax(&mut att[..len]);
+        out.fill(0.0);
+    }
+    for t0 in (0..len).step_by(ATTN_TILE) {
+        let t1 = (t0 + ATTN_TILE).min(len);
+        for (j, (att, out)) in att.chunks(seq).zip(out.chunks_mut(head_dim)).enumerate() {
+            ops::attn_mix(out, &att[t0..t1], &values[t0 * kv_dim + kv_off(j)..], kv_dim);
+        }
+    }
 }
 
 /// Requests a matrix (its first `WARM_LIMIT` bytes, i.e. all but the
