@@ -498,7 +498,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             .collect();
         let model_json = match &model_run {
             Some(m) => format!(
-                "{{\"path\": {:?}, \"wtype\": \"{}\", \"threads\": {threads}, \"weight_bytes_per_token\": {}, \"prompt_tokens\": {}, \"prompt_tok_per_s\": {:.3}, \"decode_tokens\": {}, \"decode_tok_per_s\": {:.3}, \"decode_bandwidth_gb_per_s\": {:.3}, \"roofline_tok_per_s\": {:.3}, \"roofline_fraction\": {:.4}, \"peak_roofline_fraction\": {:.4}}}",
+                "{{\"path\": {:?}, \"wtype\": \"{}\", \"threads\": {threads}, \"weight_bytes_per_token\": {}, \"prompt_tokens\": {}, \"prompt_tok_per_s\": {:.3}, \"decode_tokens\": {}, \"decode_tok_per_s\": {:.3}, \"decode_bandwidth_gb_per_s\": {:.6}, \"roofline_tok_per_s\": {:.3}, \"roofline_fraction\": {:.4}, \"peak_roofline_fraction\": {:.4}}}",
                 m.path,
                 m.wtype,
                 m.bytes_per_token,
@@ -515,7 +515,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         };
         writeln!(
             out,
-            "{{\"tier\": \"{}\", \"threads\": {threads}, \"bandwidth_gb_per_s\": {{\"1\": {bw1:.3}, \"{threads}\": {bwn:.3}}}, \"kernels\": [{}], \"model\": {model_json}}}",
+            "{{\"tier\": \"{}\", \"threads\": {threads}, \"bandwidth_gb_per_s\": {{\"1\": {bw1:.6}, \"{threads}\": {bwn:.6}}}, \"kernels\": [{}], \"model\": {model_json}}}",
             kernels::TIER,
             kernels_json.join(", ")
         )
