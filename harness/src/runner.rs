@@ -5,10 +5,12 @@
 
 use crate::outcome::RunOutput;
 use anyhow::{Context, Result};
-use std::os::unix::process::ExitStatusExt;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Instant;
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Runner {
@@ -62,6 +64,13 @@ impl Runner {
         }
     }
 
+    /// Runs `exe` under `timeout -k 10 <secs>` in a process group of its
+    /// own, and kills whatever is left of that group once `timeout` exits:
+    /// a process the run forked and that outlived it would otherwise hold
+    /// the output pipes open, and reading them would never end. (Seen: a
+    /// qemu-user guest test that spawns `ml` forked a qemu that deadlocked
+    /// before its exec; `timeout` stopped the test but the TERM it sent the
+    /// group stayed blocked in the deadlocked child.)
     pub fn run(
         &self,
         sh: &Shell,
@@ -70,27 +79,50 @@ impl Runner {
         env: &[(String, String)],
         timeout_secs: u64,
     ) -> Result<RunOutput> {
-        let prefix = self.prefix();
-        let secs = timeout_secs.to_string();
-        let mut c = cmd!(sh, "timeout -k 10 {secs} {prefix...} {exe} {args...}")
-            .quiet()
-            .ignore_status();
-        for (k, v) in env {
-            c = c.env(k, v);
-        }
+        let what = || format!("run {} {}", self.command_line(), exe.display());
+        let mut c = Command::new("timeout");
+        c.args(["-k", "10", &timeout_secs.to_string()])
+            .args(self.prefix())
+            .arg(exe)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir(sh.current_dir())
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let start = Instant::now();
-        let out = c
-            .output()
-            .with_context(|| format!("run {} {}", self.command_line(), exe.display()))?;
+        let mut child = c.spawn().with_context(what)?;
+        let drain = |pipe: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        };
+        let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+        let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+        let status = child.wait().with_context(what)?;
         let seconds = start.elapsed().as_secs_f64();
-        let code = out.status.code();
+        // The group outlives its leader while any member lives, so its id
+        // cannot have been reused; with no member left this is a no-op.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", child.id())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let text =
+            |h: std::thread::JoinHandle<Vec<u8>>| String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned();
+        let code = status.code();
         Ok(RunOutput {
             code,
-            signal: out.status.signal(),
+            signal: status.signal(),
             timed_out: code == Some(124) && seconds + 1.0 >= timeout_secs as f64,
             seconds,
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            stdout: text(stdout),
+            stderr: text(stderr),
         })
     }
 }
@@ -134,5 +166,25 @@ mod tests {
             .unwrap();
         assert_eq!(o.code, Some(7));
         assert!(!o.sigill());
+    }
+
+    #[test]
+    fn a_process_left_behind_holding_the_output_is_killed_not_waited_for() {
+        // The shell exits at once; the background sleep keeps its stdout.
+        // Without the group kill, reading the output would take 120 s.
+        let sh = Shell::new().unwrap();
+        let start = Instant::now();
+        let o = Runner::Native
+            .run(
+                &sh,
+                Path::new("/bin/sh"),
+                &["-c".into(), "sleep 120 & echo started".into()],
+                &[],
+                600,
+            )
+            .unwrap();
+        assert_eq!(o.code, Some(0), "{o:?}");
+        assert_eq!(o.stdout, "started\n");
+        assert!(start.elapsed().as_secs() < 60, "took {:?}", start.elapsed());
     }
 }
