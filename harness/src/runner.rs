@@ -93,17 +93,8 @@ impl Runner {
             .stderr(Stdio::piped());
         let start = Instant::now();
         let mut child = c.spawn().with_context(what)?;
-        let drain = |pipe: Option<Box<dyn Read + Send>>| {
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                if let Some(mut p) = pipe {
-                    let _ = p.read_to_end(&mut bytes);
-                }
-                bytes
-            })
-        };
-        let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-        let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
         let status = child.wait().with_context(what)?;
         let seconds = start.elapsed().as_secs_f64();
         // The group outlives its leader while any member lives, so its id
@@ -125,6 +116,18 @@ impl Runner {
             stderr: text(stderr),
         })
     }
+}
+
+/// Reads a child's pipe to its end on a thread of its own, so that neither
+/// pipe can fill up and block the child while the other is read.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut bytes);
+        }
+        bytes
+    })
 }
 
 #[cfg(test)]

@@ -304,15 +304,6 @@ impl Probe {
         Ok(Probe { buf })
     }
 
-    fn bytes(&self) -> usize {
-        self.buf.as_bytes().len()
-    }
-
-    /// The time of one pass over the whole buffer.
-    fn pass(&self, threads: usize) -> Duration {
-        Self::pass_over(self.buf.as_bytes(), threads)
-    }
-
     /// Reads one slice of `SLICE_BYTES` per thread (or the whole buffer, if
     /// smaller), the buffer's slices in turn, so the one read was last read
     /// many slices ago and comes from memory. Returns bytes read and time.
@@ -340,12 +331,14 @@ impl Probe {
         start.elapsed()
     }
 
-    /// Peak read bandwidth in GB/s: the best pass in about `seconds`.
+    /// Peak read bandwidth in GB/s: the best pass over the whole buffer in
+    /// about `seconds`.
     fn peak_gbps(&self, threads: usize, seconds: f64) -> f64 {
+        let bytes = self.buf.as_bytes();
         let t = best_time(seconds, || {
-            self.pass(threads);
+            Self::pass_over(bytes, threads);
         });
-        self.bytes() as f64 / t.as_secs_f64() / 1e9
+        bytes.len() as f64 / t.as_secs_f64() / 1e9
     }
 }
 

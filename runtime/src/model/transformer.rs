@@ -412,21 +412,26 @@ fn attend_heads(
 ) {
     let heads = out.len() / head_dim;
     let kv_off = |j: usize| ((first + j) / group) * head_dim;
-    for t0 in (0..len).step_by(ATTN_TILE) {
-        let t1 = (t0 + ATTN_TILE).min(len);
+    let tiles = || (0..len).step_by(ATTN_TILE).map(|t0| t0..(t0 + ATTN_TILE).min(len));
+    for tile in tiles() {
         for (j, att) in att.chunks_mut(seq).take(heads).enumerate() {
             let q_h = &q[(first + j) * head_dim..(first + j + 1) * head_dim];
-            ops::attn_scores(&mut att[t0..t1], q_h, &keys[t0 * kv_dim + kv_off(j)..], kv_dim, scale);
+            let rows = &keys[tile.start * kv_dim + kv_off(j)..];
+            ops::attn_scores(&mut att[tile.clone()], q_h, rows, kv_dim, scale);
         }
     }
     for (att, out) in att.chunks_mut(seq).zip(out.chunks_mut(head_dim)) {
         ops::softmax(&mut att[..len]);
         out.fill(0.0);
     }
-    for t0 in (0..len).step_by(ATTN_TILE) {
-        let t1 = (t0 + ATTN_TILE).min(len);
+    for tile in tiles() {
         for (j, (att, out)) in att.chunks(seq).zip(out.chunks_mut(head_dim)).enumerate() {
-            ops::attn_mix(out, &att[t0..t1], &values[t0 * kv_dim + kv_off(j)..], kv_dim);
+            ops::attn_mix(
+                out,
+                &att[tile.clone()],
+                &values[tile.start * kv_dim + kv_off(j)..],
+                kv_dim,
+            );
         }
     }
 }
