@@ -35,6 +35,9 @@ fn matvec(c: &mut Criterion) {
                 cols,
                 q: &q,
                 d: &d,
+                // As a model read into memory is (Model::open); the bytes
+                // are random, so packing them would only permute them.
+                packed: kernels::PACKS_ROW_GROUPS,
             };
             let act = QAct { q: &xq, d: &xd };
             let mut y = vec![0.0f32; rows];

@@ -333,6 +333,12 @@ fn load_modes_give_the_same_logits() {
     assert!(info("read").contains("loaded:            read into memory"));
     assert!(info("auto").contains("loaded:            read into memory"));
     assert!(info("map").contains("loaded:            mapped"));
+    // A read model is packed for a tier that wants it; a mapping never is.
+    assert_eq!(
+        info("read").contains("packed in four-row groups"),
+        legacy_ml::kernels::PACKS_ROW_GROUPS
+    );
+    assert!(!info("map").contains("packed in"));
     // ML_LOAD is the default of --load.
     #[cfg(unix)]
     {

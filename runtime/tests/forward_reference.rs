@@ -6,7 +6,7 @@
 //! the runtime's own output could not.
 
 use legacy_ml::core::quant::*;
-use legacy_ml::core::tensor::{QTensor, WType};
+use legacy_ml::core::tensor::{row_pieces, QTensor, WType};
 use legacy_ml::model::format::TensorKind;
 use legacy_ml::model::gen::GenConfig;
 use legacy_ml::model::transformer::Transformer;
@@ -19,11 +19,16 @@ struct Mat {
     w: Vec<f64>,
 }
 
+/// The model's quants may be packed for the tier (`pack_row_groups`); rows
+/// are read back in order with `row_pieces`, tested on its own in quant.rs.
 fn dequant(t: &QTensor) -> Mat {
+    let q: Vec<u8> = (0..t.rows)
+        .flat_map(|r| row_pieces(t, r).flat_map(|(_, piece)| piece.iter().copied()))
+        .collect();
     let mut out = vec![0.0f32; t.rows * t.cols];
     match t.wtype {
-        WType::Q8_0 => dequantize_row_q8(t.q_i8(), t.d, &mut out),
-        WType::Q4_0 => dequantize_row_q4(t.q, t.d, &mut out),
+        WType::Q8_0 => dequantize_row_q8(legacy_ml::core::aligned::bytes_as_i8(&q), t.d, &mut out),
+        WType::Q4_0 => dequantize_row_q4(&q, t.d, &mut out),
     }
     Mat {
         rows: t.rows,

@@ -324,3 +324,45 @@ fn rejects_q8_quant_of_minus_128() {
     bytes[w2.q_offset + 5] = 0x80;
     rejects(&bytes, ErrorKind::Format, "layers.0.w2 quant #5 is -128");
 }
+
+/// A model read into memory is packed for a tier whose matvec wants it
+/// (`kernels::PACKS_ROW_GROUPS`), a mapped one never is, and both decode to
+/// bit-identical logits: packing moves bytes, not arithmetic. Both wtypes,
+/// with and without a shared classifier (whose embedding rows are then read
+/// from the packed table).
+#[test]
+fn a_read_model_is_packed_for_the_tier_and_decodes_as_the_mapped_one() {
+    use legacy_ml::model::transformer::Transformer;
+    let dir = std::env::temp_dir().join(format!("legacy-ml-packed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for wtype in [WType::Q8_0, WType::Q4_0] {
+        for shared_classifier in [false, true] {
+            let path = dir.join(format!("{wtype:?}-{shared_classifier}.mlb"));
+            let config = GenConfig {
+                wtype,
+                shared_classifier,
+                ..cfg()
+            };
+            std::fs::write(&path, config.to_bytes().unwrap()).unwrap();
+            let read = Model::open_with(&path, LoadMode::Read).unwrap();
+            let mapped = Model::open_with(&path, LoadMode::Map).unwrap();
+            assert_eq!(read.is_packed(), legacy_ml::kernels::PACKS_ROW_GROUPS, "{wtype:?}");
+            assert!(
+                !mapped.is_packed() || !mapped.is_mapped(),
+                "{wtype:?}: a mapping was packed"
+            );
+            let (mut a, mut b) = (Transformer::new(&read).unwrap(), Transformer::new(&mapped).unwrap());
+            let vocab = config.vocab;
+            for (pos, token) in [1, vocab - 1, 7 % vocab, 0].into_iter().enumerate() {
+                let la = a.forward(token, pos).unwrap().to_vec();
+                let lb = b.forward(token, pos).unwrap().to_vec();
+                let same = la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(
+                    same,
+                    "{wtype:?} shared={shared_classifier} pos {pos}: read and mapped logits differ"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

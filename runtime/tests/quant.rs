@@ -139,3 +139,81 @@ fn rows_quantize_block_by_block() {
         assert_eq!(&qb[..], &q[b * QK..(b + 1) * QK]);
     }
 }
+
+/// Packing (`pack_row_groups`) moves every byte of a whole four-row group
+/// to `packed_offset`, a permutation of the group; rows past the last whole
+/// group stay; `row_pieces` reads any row back in order, packed or not.
+#[test]
+fn packed_row_groups_permute_bytes_and_read_back_row_by_row() {
+    use legacy_ml::core::tensor::{pack_row_groups, packed_offset, row_pieces, QTensor, WType};
+    let mut rng = Rng::new(5);
+    for (wtype, cols) in [
+        (WType::Q8_0, 32),
+        (WType::Q8_0, 96),
+        (WType::Q8_0, 576),
+        (WType::Q4_0, 32),
+        (WType::Q4_0, 160),
+        (WType::Q4_0, 576),
+    ] {
+        let row_bytes = match wtype {
+            WType::Q8_0 => cols,
+            WType::Q4_0 => cols / 2,
+        };
+        let mut seen = vec![false; 4 * row_bytes];
+        for j in 0..4 {
+            for o in 0..row_bytes {
+                let at = packed_offset(j, o, row_bytes);
+                assert!(
+                    at < 4 * row_bytes && !seen[at],
+                    "{wtype:?} K={cols}: row {j} byte {o} lands on {at} twice or outside"
+                );
+                seen[at] = true;
+            }
+        }
+        for rows in [1, 3, 4, 5, 8, 11] {
+            let q: Vec<u8> = (0..rows * row_bytes).map(|_| rng.next_u32() as u8).collect();
+            let d = vec![1.0f32; rows * cols / QK];
+            let mut packed = q.clone();
+            pack_row_groups(&mut packed, rows, row_bytes, &mut Vec::new());
+            let whole = rows / 4 * 4;
+            assert_eq!(
+                packed[whole * row_bytes..],
+                q[whole * row_bytes..],
+                "{wtype:?} rows={rows}: the tail moved"
+            );
+            for r in 0..whole {
+                for o in 0..row_bytes {
+                    let at = (r - r % 4) * row_bytes + packed_offset(r % 4, o, row_bytes);
+                    assert_eq!(
+                        packed[at],
+                        q[r * row_bytes + o],
+                        "{wtype:?} rows={rows} row {r} byte {o}"
+                    );
+                }
+            }
+            for (bytes, is_packed) in [(&q, false), (&packed, true)] {
+                let w = QTensor {
+                    wtype,
+                    rows,
+                    cols,
+                    q: bytes,
+                    d: &d,
+                    packed: is_packed,
+                };
+                for r in 0..rows {
+                    let mut row = Vec::new();
+                    for (offset, piece) in row_pieces(&w, r) {
+                        assert_eq!(offset, row.len());
+                        assert_eq!(piece.len() % (row_bytes / (cols / QK)), 0, "a piece holds whole blocks");
+                        row.extend_from_slice(piece);
+                    }
+                    assert_eq!(
+                        row,
+                        q[r * row_bytes..(r + 1) * row_bytes],
+                        "{wtype:?} rows={rows} row {r} packed={is_packed}"
+                    );
+                }
+            }
+        }
+    }
+}

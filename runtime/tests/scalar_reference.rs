@@ -56,6 +56,7 @@ impl Matrix {
             cols: self.cols,
             q: &self.q,
             d: &self.d,
+            packed: false,
         }
     }
 }

@@ -172,6 +172,9 @@ impl Matrices {
             cols: self.cols,
             q: &self.q.as_bytes()[i * q_len..(i + 1) * q_len],
             d: bytes_as_f32(&self.d.as_bytes()[i * d_len..(i + 1) * d_len])?,
+            // Read as the model's matrices are (see Model::open). The bytes
+            // are random, so packing them would only permute them.
+            packed: legacy_ml::kernels::PACKS_ROW_GROUPS,
         })
     }
 }

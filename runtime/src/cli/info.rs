@@ -17,10 +17,10 @@ pub fn run(a: InfoArgs) -> Result<()> {
     println!("model:             {}", a.model.display());
     println!(
         "loaded:            {}",
-        if model.is_mapped() {
-            "mapped"
-        } else {
-            "read into memory"
+        match (model.is_mapped(), model.is_packed()) {
+            (true, _) => "mapped (row-major, as in the file)",
+            (false, false) => "read into memory",
+            (false, true) => "read into memory, matrices packed in four-row groups for this tier's matvec",
         }
     );
     println!("dim:               {}", h.dim);

@@ -147,4 +147,13 @@ impl Storage {
             Storage::Owned(b) => b.as_bytes(),
         }
     }
+
+    /// The bytes, writable, if they are an owned copy (not a mapping).
+    pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            #[cfg(feature = "mmap")]
+            Storage::Mapped(_) => None,
+            Storage::Owned(b) => Some(b.as_bytes_mut()),
+        }
+    }
 }

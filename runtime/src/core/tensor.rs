@@ -53,9 +53,10 @@ impl std::str::FromStr for WType {
     }
 }
 
-/// A row-major quantized matrix: `rows` rows of `cols` weights, `cols` a
-/// multiple of `QK`. `q` holds all quant bytes (int8 for Q8_0, packed nibbles
-/// for Q4_0), `d` one scale per block, row after row.
+/// A quantized matrix: `rows` rows of `cols` weights, `cols` a multiple of
+/// `QK`. `q` holds all quant bytes (int8 for Q8_0, packed nibbles for Q4_0),
+/// row-major, or with `packed` in the layout of `pack_row_groups`; `d` one
+/// scale per block, row after row, in either case.
 #[derive(Debug, Clone, Copy)]
 pub struct QTensor<'a> {
     pub wtype: WType,
@@ -63,6 +64,67 @@ pub struct QTensor<'a> {
     pub cols: usize,
     pub q: &'a [u8],
     pub d: &'a [f32],
+    pub packed: bool,
+}
+
+/// Bytes of one row that `pack_row_groups` keeps together.
+pub const PACK_CHUNK: usize = 64;
+
+/// Where byte `offset` of row `j` (0..4) of a four-row group lies, from the
+/// group's start, once `pack_row_groups` has packed it. Rows are cut into
+/// `PACK_CHUNK`-byte chunks, and chunk c of the four rows lies side by side
+/// (row 0's, then row 1's, …) before chunk c + 1; the four rows' last,
+/// shorter chunks (row_bytes % PACK_CHUNK) follow the same way.
+#[inline(always)]
+pub fn packed_offset(j: usize, offset: usize, row_bytes: usize) -> usize {
+    let whole = row_bytes - row_bytes % PACK_CHUNK;
+    if offset < whole {
+        (offset - offset % PACK_CHUNK) * 4 + j * PACK_CHUNK + offset % PACK_CHUNK
+    } else {
+        4 * whole + j * (row_bytes - whole) + (offset - whole)
+    }
+}
+
+/// Packs the quants of a row-major matrix in place: every whole group of
+/// four rows is reordered as `packed_offset` says, so that a kernel reading
+/// four rows side by side, a chunk of each at a time, reads memory in one
+/// ascending stream (which the hardware prefetchers follow) instead of four.
+/// Rows past the last whole group stay as they are. `scratch` holds one
+/// group (4 · row_bytes).
+pub fn pack_row_groups(q: &mut [u8], rows: usize, row_bytes: usize, scratch: &mut Vec<u8>) {
+    let group = 4 * row_bytes;
+    scratch.resize(group, 0);
+    for g in q[..rows / 4 * group].chunks_exact_mut(group) {
+        scratch.copy_from_slice(g);
+        for (j, row) in scratch.chunks_exact(row_bytes).enumerate() {
+            for (c, chunk) in row.chunks(PACK_CHUNK).enumerate() {
+                let at = packed_offset(j, c * PACK_CHUNK, row_bytes);
+                g[at..at + chunk.len()].copy_from_slice(chunk);
+            }
+        }
+    }
+}
+
+/// Row `r`'s quant bytes (packed or not) in order, as (offset in the row,
+/// bytes) pieces: the whole row at once if row-major, else chunk by chunk.
+/// Every piece holds whole blocks (`PACK_CHUNK` is a multiple of both block
+/// sizes).
+pub fn row_pieces<'a>(w: &QTensor<'a>, r: usize) -> impl Iterator<Item = (usize, &'a [u8])> {
+    let (rb, q, packed) = (w.row_bytes(), w.q, w.packed && r < w.rows / 4 * 4);
+    let (step, base) = if packed {
+        (PACK_CHUNK, (r - r % 4) * rb)
+    } else {
+        (rb.max(1), r * rb)
+    };
+    (0..rb).step_by(step).map(move |o| {
+        let len = step.min(rb - o);
+        let at = if packed {
+            base + packed_offset(r % 4, o, rb)
+        } else {
+            base + o
+        };
+        (o, &q[at..at + len])
+    })
 }
 
 impl<'a> QTensor<'a> {

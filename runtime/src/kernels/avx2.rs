@@ -120,7 +120,7 @@ unsafe fn matvec<const Q4: bool>(
         let row = |j: usize| wq.add((r + j) * stride);
         let mut acc = _mm_setzero_ps();
         for b in 0..nb {
-            prefetch::row_group(wq, wd, stride, nb, r, b, 1, bb);
+            prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
             let xv = _mm256_loadu_si256(xq.add(b * QK).cast());
             let xabs = _mm256_abs_epi8(xv);
             let sumi = hsum4_epi32(

@@ -26,7 +26,7 @@ use std::arch::x86_64::*;
 
 use super::prefetch;
 use crate::core::quant::{Q4_BLOCK_BYTES, QK};
-use crate::core::tensor::{QAct, QTensor};
+use crate::core::tensor::{packed_offset, QAct, QTensor, PACK_CHUNK};
 
 // The fallback chain, skipping avxvnni (see above): the float kernels are AVX2's.
 pub use super::avx2::{add, attn_mix, attn_scores, axpy_f32, dot_f32, rmsnorm, rope, silu_mul, softmax};
@@ -54,16 +54,29 @@ pub const PROVIDES: &[&str] = &["matvec_q8", "matvec_q4", "quantize_q8"];
 // Integer path: matvec_q8, matvec_q4
 
 pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec(y, w, x, r0, r1, w.cols, QK);
+    let nb = super::check_matvec_any_layout(y, w, x, r0, r1, w.cols, QK);
+    let (y, q, d) = (y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr());
     // SAFETY: AVX-512 F/BW/VNNI (and AVX2, FMA) are verified by the guard;
-    // check_matvec bounded every row, block and scale the loop touches.
-    unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
+    // check_matvec bounded every row, block and scale the loop touches, and
+    // a packed group occupies the same bytes as its four rows.
+    unsafe {
+        match w.packed {
+            false => matvec::<false, false>(y, q, d, x, nb, w.cols, r0, r1),
+            true => matvec::<false, true>(y, q, d, x, nb, w.cols, r0, r1),
+        }
+    }
 }
 
 pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
+    let nb = super::check_matvec_any_layout(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
+    let (y, q, d) = (y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr());
     // SAFETY: as in matvec_q8, with Q4's row stride and block size.
-    unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
+    unsafe {
+        match w.packed {
+            false => matvec::<true, false>(y, q, d, x, nb, w.row_bytes(), r0, r1),
+            true => matvec::<true, true>(y, q, d, x, nb, w.row_bytes(), r0, r1),
+        }
+    }
 }
 
 /// Two consecutive weight blocks as 64 int8 (block b in the low 256 bits).
@@ -259,7 +272,9 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
 
 /// Rows four at a time, blocks two at a time, each activation pair loaded
 /// once for all four rows; an odd last block runs with zeros in its second
-/// half; then a row-at-a-time tail.
+/// half; then a row-at-a-time tail. `PACKED`: the matrix's whole four-row
+/// groups are packed (`core::tensor::pack_row_groups`), so a group reads one
+/// ascending stream; the tail rows are row-major either way.
 ///
 /// Each row keeps two sums, even blocks and odd blocks, each
 /// fma(sumi·dw, dx, sum) in block order, and returns even + odd, in the group
@@ -270,7 +285,7 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
 /// arguments.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn matvec<const Q4: bool>(
+unsafe fn matvec<const Q4: bool, const PACKED: bool>(
     y: *mut f32,
     wq: *const u8,
     wd: *const f32,
@@ -296,7 +311,18 @@ unsafe fn matvec<const Q4: bool>(
     }
     let mut r = r0;
     while r + 4 <= r1 {
-        let row = |j: usize| wq.add((r + j) * stride);
+        // Byte `offset` of row r + j; in a packed matrix an offset below the
+        // last whole chunk, a multiple of PACK_CHUNK in every call but the
+        // tail's, skips packed_offset's branch.
+        let at = |j: usize, offset: usize| {
+            if !PACKED {
+                wq.add((r + j) * stride + offset)
+            } else if offset.is_multiple_of(PACK_CHUNK) && offset + PACK_CHUNK <= stride {
+                wq.add(r * stride + 4 * offset + j * PACK_CHUNK)
+            } else {
+                wq.add(r * stride + packed_offset(j, offset, stride))
+            }
+        };
         // Scales of rows r..r+4 for block b.
         let dw4 = |b: usize| {
             _mm_set_ps(
@@ -329,17 +355,22 @@ unsafe fn matvec<const Q4: bool>(
         let mut acc4 = _mm512_setzero_ps();
         for qd in 0..quads {
             let b = 4 * qd;
-            prefetch::row_group(wq, wd, stride, nb, r, b, 4, bb);
+            // Packed Q8_0 streams on the hardware prefetchers alone: with
+            // software prefetch as well it was slower (decode and cold
+            // `ml bench` alike). Q4_0 computes longer per byte and needs it.
+            if Q4 || !PACKED {
+                prefetch::row_group::<PACKED>(wq, wd, stride, nb, r, b, 4, bb);
+            }
             let xb = match xquads.get(qd) {
                 // SAFETY: slots 0..quads were written above when hoisted.
                 Some(slot) if hoisted => slot.assume_init(),
                 _ => x_quad_q4(xq.add(b * QK)),
             };
             let sumi = hsum4_lanes(
-                q4_quad_dot(row(0).add(b * bb), xb),
-                q4_quad_dot(row(1).add(b * bb), xb),
-                q4_quad_dot(row(2).add(b * bb), xb),
-                q4_quad_dot(row(3).add(b * bb), xb),
+                q4_quad_dot(at(0, b * bb), xb),
+                q4_quad_dot(at(1, b * bb), xb),
+                q4_quad_dot(at(2, b * bb), xb),
+                q4_quad_dot(at(3, b * bb), xb),
             );
             // Lane group j holds row j's four scales; transpose to group L = block b+L.
             let scales = |j: usize| _mm_loadu_ps(wd.add((r + j) * nb + b));
@@ -365,22 +396,24 @@ unsafe fn matvec<const Q4: bool>(
         let mut acc = _mm256_setzero_ps();
         for p in 0..pairs {
             let b = 4 * quads + 2 * p;
-            prefetch::row_group(wq, wd, stride, nb, r, b, 2, bb);
+            if Q4 || !PACKED {
+                prefetch::row_group::<PACKED>(wq, wd, stride, nb, r, b, 2, bb);
+            }
             let sumi = if Q4 {
                 let xb = x_pair_q4(_mm512_loadu_si512(xq.add(b * QK).cast()));
                 hsum4x2_q4_epi32(
-                    q4_pair_dot(row(0).add(b * bb), xb),
-                    q4_pair_dot(row(1).add(b * bb), xb),
-                    q4_pair_dot(row(2).add(b * bb), xb),
-                    q4_pair_dot(row(3).add(b * bb), xb),
+                    q4_pair_dot(at(0, b * bb), xb),
+                    q4_pair_dot(at(1, b * bb), xb),
+                    q4_pair_dot(at(2, b * bb), xb),
+                    q4_pair_dot(at(3, b * bb), xb),
                 )
             } else {
                 let xb = x2(b);
                 hsum4x2_epi32(
-                    pair_dot(load_w2::<Q4>(row(0).add(b * bb)), xb),
-                    pair_dot(load_w2::<Q4>(row(1).add(b * bb)), xb),
-                    pair_dot(load_w2::<Q4>(row(2).add(b * bb)), xb),
-                    pair_dot(load_w2::<Q4>(row(3).add(b * bb)), xb),
+                    pair_dot(load_w2::<Q4>(at(0, b * bb)), xb),
+                    pair_dot(load_w2::<Q4>(at(1, b * bb)), xb),
+                    pair_dot(load_w2::<Q4>(at(2, b * bb)), xb),
+                    pair_dot(load_w2::<Q4>(at(3, b * bb)), xb),
                 )
             };
             let dx = _mm256_set_m128(_mm_set1_ps(*xd.add(b + 1)), _mm_set1_ps(*xd.add(b)));
@@ -391,10 +424,10 @@ unsafe fn matvec<const Q4: bool>(
             let b = nb - 1;
             let xb = x1(b);
             let sumi = hsum4x2_epi32(
-                pair_dot(load_w1::<Q4>(row(0).add(b * bb)), xb),
-                pair_dot(load_w1::<Q4>(row(1).add(b * bb)), xb),
-                pair_dot(load_w1::<Q4>(row(2).add(b * bb)), xb),
-                pair_dot(load_w1::<Q4>(row(3).add(b * bb)), xb),
+                pair_dot(load_w1::<Q4>(at(0, b * bb)), xb),
+                pair_dot(load_w1::<Q4>(at(1, b * bb)), xb),
+                pair_dot(load_w1::<Q4>(at(2, b * bb)), xb),
+                pair_dot(load_w1::<Q4>(at(3, b * bb)), xb),
             );
             // Only the low (even) half: the odd sums must stay untouched.
             let t = _mm_mul_ps(_mm_cvtepi32_ps(_mm256_castsi256_si128(sumi)), dw4(b));

@@ -212,6 +212,18 @@ pub use active::{
     add, attn_mix, attn_scores, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul, softmax,
 };
 
+/// Whether the active tier's matvecs want the matrices packed in four-row
+/// groups (`core::tensor::pack_row_groups`); the model packs them at load
+/// when its bytes are an owned copy. Only avx512vnni: its 4-row kernels then
+/// read one ascending stream that the hardware prefetchers follow, where
+/// four row streams needed software prefetch and still fell short. On this
+/// project's Zen 4, `ml bench --shape 49152x576`, Q8_0 cold: about 1250 µs
+/// row-major, about 1030 packed (96–102% of the probe's bandwidth).
+pub const PACKS_ROW_GROUPS: bool = cfg!(all(
+    feature = "isa-avx512vnni",
+    any(target_arch = "x86", target_arch = "x86_64")
+));
+
 /// The instruction-set tier this build was compiled for.
 pub const TIER: &str = active::TIER;
 
@@ -309,10 +321,12 @@ pub(crate) mod prefetch {
     /// The prefetches of a four-row group (rows r..r+4, `stride` bytes
     /// apart, scales `nb` per row at `wd`) at the step that reads `blocks`
     /// blocks of `block_bytes` from block `b` on. Called every step, it asks
-    /// for each weight line and each scale line once.
+    /// for each weight line and each scale line once. `PACKED`: the group
+    /// is one stream (`core::tensor::pack_row_groups`), the four rows' bytes
+    /// at `offset` side by side at 4·offset.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub fn row_group(
+    pub fn row_group<const PACKED: bool>(
         wq: *const u8,
         wd: *const f32,
         stride: usize,
@@ -325,7 +339,10 @@ pub(crate) mod prefetch {
         let offset = b * block_bytes;
         if offset % 64 < blocks * block_bytes {
             for j in 0..4 {
-                to_l2(wq.wrapping_add((r + j) * stride + offset + WEIGHTS_AHEAD));
+                to_l2(wq.wrapping_add(match PACKED {
+                    false => (r + j) * stride + offset + WEIGHTS_AHEAD,
+                    true => r * stride + 4 * offset + 64 * j + WEIGHTS_AHEAD,
+                }));
             }
         }
         // The group's scales are 4·nb contiguous floats, 16 bytes per block
@@ -358,9 +375,40 @@ pub(crate) fn check_matvec(
     row_stride: usize,
     block_bytes: usize,
 ) -> usize {
+    assert!(
+        !w.packed,
+        "this tier's matvec reads row-major matrices only, not packed ones"
+    );
+    check_matvec_any_layout(y, w, x, r0, r1, row_stride, block_bytes)
+}
+
+/// `check_matvec` for a matvec that also reads packed matrices
+/// (`core::tensor::pack_row_groups`): a packed group spans the same bytes as
+/// its four rows, and [r0, r1) must cut the matrix only between groups, or
+/// at its end.
+#[cfg(any(
+    all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")),
+    all(feature = "isa-neon", any(target_arch = "aarch64", target_arch = "arm"))
+))]
+pub(crate) fn check_matvec_any_layout(
+    y: &[f32],
+    w: &crate::core::tensor::QTensor,
+    x: &crate::core::tensor::QAct,
+    r0: usize,
+    r1: usize,
+    row_stride: usize,
+    block_bytes: usize,
+) -> usize {
     use crate::core::quant::QK;
     let nb = w.blocks_per_row();
     assert!(r0 <= r1, "matvec rows {r0}..{r1} are reversed");
+    // Packed rows lie in groups: a range may cut between them, or anywhere
+    // among the row-major rows after the last whole group.
+    let between_groups = |r: usize| r.is_multiple_of(4) || r >= w.rows / 4 * 4;
+    assert!(
+        !w.packed || (between_groups(r0) && between_groups(r1) && row_stride == nb * block_bytes),
+        "matvec rows {r0}..{r1} of a packed matrix must start and end between four-row groups"
+    );
     assert!(
         y.len() >= r1 - r0,
         "matvec output holds {} rows, not {}",

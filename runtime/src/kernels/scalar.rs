@@ -53,6 +53,10 @@ fn matvec_rows(
     r1: usize,
     block_dot: impl Fn(usize, usize, &[i8]) -> i32,
 ) {
+    assert!(
+        !w.packed,
+        "the scalar matvec reads row-major matrices only, not packed ones"
+    );
     let nb = w.blocks_per_row();
     let mut r = r0;
     while r + 4 <= r1 {

@@ -149,7 +149,7 @@ unsafe fn matvec<const Q4: bool>(
         let row = |j: usize| wq.add((r + j) * stride);
         let mut acc = _mm_setzero_ps();
         for b in 0..nb {
-            prefetch::row_group(wq, wd, stride, nb, r, b, 1, bb);
+            prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
             let xv = load_x(b);
             let sumi = hsum4_epi32(
                 block_dot(load_w::<Q4>(row(0).add(b * bb)), &xv),

@@ -109,7 +109,7 @@ unsafe fn matvec<const Q4: bool>(
         let row = |j: usize| wq.add((r + j) * stride);
         let mut acc = _mm_setzero_ps();
         for b in 0..nb {
-            prefetch::row_group(wq, wd, stride, nb, r, b, 1, bb);
+            prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
             let xb = load_x(b);
             let d0 = block_dot(load_w::<Q4>(row(0).add(b * bb)), &xb);
             let d1 = block_dot(load_w::<Q4>(row(1).add(b * bb)), &xb);

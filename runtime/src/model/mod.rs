@@ -11,7 +11,8 @@ pub mod writer;
 use crate::core::aligned::bytes_as_f32;
 use crate::core::error::{MlError, Result};
 use crate::core::file::{LoadMode, Storage};
-use crate::core::tensor::{QTensor, WType};
+use crate::core::tensor::{pack_row_groups, QTensor, WType};
+use crate::kernels;
 use format::{Header, Layout, TensorEntry, TensorKind};
 use std::path::Path;
 
@@ -20,6 +21,8 @@ use std::path::Path;
 pub struct Model {
     storage: Storage,
     layout: Layout,
+    /// Whether the matrices' quants were packed at load (`pack_row_groups`).
+    packed: bool,
 }
 
 impl Model {
@@ -44,9 +47,40 @@ impl Model {
 
     fn from_storage(storage: Storage) -> Result<Model> {
         let layout = Layout::validate(storage.bytes())?;
-        let model = Model { storage, layout };
+        let mut model = Model {
+            storage,
+            layout,
+            packed: false,
+        };
         model.check_values()?;
+        if kernels::PACKS_ROW_GROUPS {
+            model.pack();
+        }
         Ok(model)
+    }
+
+    /// Packs every matrix's quants in place for the active tier's matvec
+    /// (`core::tensor::pack_row_groups`), if the bytes are an owned copy: a
+    /// mapped file stays row-major, and the kernels read it as such.
+    fn pack(&mut self) {
+        let wtype = self.layout.header.wtype;
+        let Some(bytes) = self.storage.bytes_mut() else {
+            return;
+        };
+        let mut scratch = Vec::new();
+        for t in self.layout.tensors.iter().filter(|t| t.kind == TensorKind::Quant) {
+            let row_bytes = match wtype {
+                WType::Q8_0 => t.cols,
+                WType::Q4_0 => t.cols / 2,
+            };
+            pack_row_groups(
+                &mut bytes[t.q_offset..t.q_offset + t.q_bytes],
+                t.rows,
+                row_bytes,
+                &mut scratch,
+            );
+        }
+        self.packed = true;
     }
 
     /// Scales and norm weights must be finite: a NaN there would silently
@@ -87,6 +121,12 @@ impl Model {
         &self.layout.header
     }
 
+    /// Whether the matrices' quants were packed in four-row groups at load
+    /// (`core::tensor::pack_row_groups`), for the active tier's matvec.
+    pub fn is_packed(&self) -> bool {
+        self.packed
+    }
+
     /// Whether the weights are a mapping of the file (else an owned copy).
     pub fn is_mapped(&self) -> bool {
         self.storage.is_mapped()
@@ -109,6 +149,7 @@ impl Model {
             cols: t.cols,
             q: &self.storage.bytes()[t.q_offset..t.q_offset + t.q_bytes],
             d: self.f32_array(t.d_offset, t.d_bytes)?,
+            packed: self.packed,
         })
     }
 }
