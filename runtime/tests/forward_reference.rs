@@ -6,7 +6,7 @@
 //! the runtime's own output could not.
 
 use legacy_ml::core::quant::*;
-use legacy_ml::core::tensor::{row_pieces, QTensor, WType};
+use legacy_ml::core::tensor::{row_pieces, scale, QTensor, WType};
 use legacy_ml::model::format::TensorKind;
 use legacy_ml::model::gen::GenConfig;
 use legacy_ml::model::transformer::Transformer;
@@ -20,15 +20,18 @@ struct Mat {
 }
 
 /// The model's quants may be packed for the tier (`pack_row_groups`); rows
-/// are read back in order with `row_pieces`, tested on its own in quant.rs.
+/// are read back in order with `row_pieces` and `scale`, tested on their
+/// own in quant.rs.
 fn dequant(t: &QTensor) -> Mat {
     let q: Vec<u8> = (0..t.rows)
         .flat_map(|r| row_pieces(t, r).flat_map(|(_, piece)| piece.iter().copied()))
         .collect();
+    let nb = t.cols / QK;
+    let d: Vec<f32> = (0..t.rows * nb).map(|i| scale(t, i / nb, i % nb)).collect();
     let mut out = vec![0.0f32; t.rows * t.cols];
     match t.wtype {
-        WType::Q8_0 => dequantize_row_q8(legacy_ml::core::aligned::bytes_as_i8(&q), t.d, &mut out),
-        WType::Q4_0 => dequantize_row_q4(&q, t.d, &mut out),
+        WType::Q8_0 => dequantize_row_q8(legacy_ml::core::aligned::bytes_as_i8(&q), &d, &mut out),
+        WType::Q4_0 => dequantize_row_q4(&q, &d, &mut out),
     }
     Mat {
         rows: t.rows,
@@ -207,4 +210,62 @@ fn forward_matches_an_independent_f64_transformer() {
             );
         }
     }
+}
+
+/// A model read into memory is packed for a tier whose matvec wants it
+/// (`kernels::PACKS_ROW_GROUPS`), a mapped one never is, and both decode to
+/// bit-identical logits: packing moves bytes, not arithmetic. Both wtypes,
+/// with and without a shared classifier (whose embedding rows are then read
+/// from the packed table).
+#[test]
+fn a_read_model_is_packed_for_the_tier_and_decodes_as_the_mapped_one() {
+    legacy_ml::core::isa::guard();
+    use legacy_ml::core::file::LoadMode;
+    // Miri: one small layer (Miri cannot map a file: both models are read).
+    let cfg = || {
+        if cfg!(miri) {
+            GenConfig {
+                dim: 32,
+                n_layers: 1,
+                hidden_dim: 32,
+                vocab: 16,
+                max_seq: 4,
+                ..GenConfig::default()
+            }
+        } else {
+            GenConfig::default()
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("legacy-ml-packed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for wtype in [WType::Q8_0, WType::Q4_0] {
+        for shared_classifier in [false, true] {
+            let path = dir.join(format!("{wtype:?}-{shared_classifier}.mlb"));
+            let config = GenConfig {
+                wtype,
+                shared_classifier,
+                ..cfg()
+            };
+            std::fs::write(&path, config.to_bytes().unwrap()).unwrap();
+            let read = Model::open_with(&path, LoadMode::Read).unwrap();
+            let mapped = Model::open_with(&path, LoadMode::Map).unwrap();
+            assert_eq!(read.is_packed(), legacy_ml::kernels::PACKS_ROW_GROUPS, "{wtype:?}");
+            assert!(
+                !mapped.is_packed() || !mapped.is_mapped(),
+                "{wtype:?}: a mapping was packed"
+            );
+            let (mut a, mut b) = (Transformer::new(&read).unwrap(), Transformer::new(&mapped).unwrap());
+            let vocab = config.vocab;
+            for (pos, token) in [1, vocab - 1, 7 % vocab, 0].into_iter().enumerate() {
+                let la = a.forward(token, pos).unwrap().to_vec();
+                let lb = b.forward(token, pos).unwrap().to_vec();
+                let same = la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(
+                    same,
+                    "{wtype:?} shared={shared_classifier} pos {pos}: read and mapped logits differ"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

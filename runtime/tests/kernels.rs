@@ -32,7 +32,7 @@
 use legacy_ml::core::isa;
 use legacy_ml::core::quant::{self, Q4_BLOCK_BYTES, QK};
 use legacy_ml::core::rng::Rng;
-use legacy_ml::core::tensor::{pack_row_groups, QAct, QTensor, WType};
+use legacy_ml::core::tensor::{pack_row_groups, pack_scale_groups, QAct, QTensor, WType};
 use legacy_ml::kernels::{self, scalar};
 
 const TIERS: [&str; 9] = [
@@ -379,8 +379,11 @@ fn check_packed_matvec(wtype: WType, seed: u64) {
             let mut packed_q = w.q.clone();
             let row_bytes = w.q.len() / rows;
             pack_row_groups(&mut packed_q, rows, row_bytes, &mut Vec::new());
+            let mut packed_d = w.d.clone();
+            pack_scale_groups(&mut packed_d, rows, k / QK, &mut Vec::new());
             let packed = QTensor {
                 q: &packed_q,
+                d: &packed_d,
                 packed: true,
                 ..w.view()
             };

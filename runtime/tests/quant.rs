@@ -142,10 +142,13 @@ fn rows_quantize_block_by_block() {
 
 /// Packing (`pack_row_groups`) moves every byte of a whole four-row group
 /// to `packed_offset`, a permutation of the group; rows past the last whole
-/// group stay; `row_pieces` reads any row back in order, packed or not.
+/// group stay; `pack_scale_groups` transposes each group's scales; and
+/// `row_pieces` and `scale` read any row back in order, packed or not.
 #[test]
 fn packed_row_groups_permute_bytes_and_read_back_row_by_row() {
-    use legacy_ml::core::tensor::{pack_row_groups, packed_offset, row_pieces, QTensor, WType};
+    use legacy_ml::core::tensor::{
+        pack_row_groups, pack_scale_groups, packed_offset, row_pieces, scale, QTensor, WType,
+    };
     let mut rng = Rng::new(5);
     for (wtype, cols) in [
         (WType::Q8_0, 32),
@@ -172,7 +175,7 @@ fn packed_row_groups_permute_bytes_and_read_back_row_by_row() {
         }
         for rows in [1, 3, 4, 5, 8, 11] {
             let q: Vec<u8> = (0..rows * row_bytes).map(|_| rng.next_u32() as u8).collect();
-            let d = vec![1.0f32; rows * cols / QK];
+            let d: Vec<f32> = (0..rows * cols / QK).map(|_| rng.next_f32()).collect();
             let mut packed = q.clone();
             pack_row_groups(&mut packed, rows, row_bytes, &mut Vec::new());
             let whole = rows / 4 * 4;
@@ -191,15 +194,41 @@ fn packed_row_groups_permute_bytes_and_read_back_row_by_row() {
                     );
                 }
             }
-            for (bytes, is_packed) in [(&q, false), (&packed, true)] {
+            let nb = cols / QK;
+            let mut packed_d = d.clone();
+            pack_scale_groups(&mut packed_d, rows, nb, &mut Vec::new());
+            for r in 0..rows {
+                for b in 0..nb {
+                    let at = if r < whole {
+                        (r - r % 4) * nb + 4 * b + r % 4
+                    } else {
+                        r * nb + b
+                    };
+                    assert_eq!(
+                        packed_d[at].to_bits(),
+                        d[r * nb + b].to_bits(),
+                        "{wtype:?} rows={rows} scale {r},{b}"
+                    );
+                }
+            }
+            for (bytes, scales, is_packed) in [(&q, &d, false), (&packed, &packed_d, true)] {
                 let w = QTensor {
                     wtype,
                     rows,
                     cols,
                     q: bytes,
-                    d: &d,
+                    d: scales,
                     packed: is_packed,
                 };
+                for r in 0..rows {
+                    for b in 0..nb {
+                        assert_eq!(
+                            scale(&w, r, b).to_bits(),
+                            d[r * nb + b].to_bits(),
+                            "{wtype:?} rows={rows} packed={is_packed} scale({r}, {b})"
+                        );
+                    }
+                }
                 for r in 0..rows {
                     let mut row = Vec::new();
                     for (offset, piece) in row_pieces(&w, r) {

@@ -55,8 +55,8 @@ impl std::str::FromStr for WType {
 
 /// A quantized matrix: `rows` rows of `cols` weights, `cols` a multiple of
 /// `QK`. `q` holds all quant bytes (int8 for Q8_0, packed nibbles for Q4_0),
-/// row-major, or with `packed` in the layout of `pack_row_groups`; `d` one
-/// scale per block, row after row, in either case.
+/// `d` one scale per block; both row-major, or with `packed` in the layouts
+/// of `pack_row_groups` and `pack_scale_groups`.
 #[derive(Debug, Clone, Copy)]
 pub struct QTensor<'a> {
     pub wtype: WType,
@@ -102,6 +102,33 @@ pub fn pack_row_groups(q: &mut [u8], rows: usize, row_bytes: usize, scratch: &mu
                 g[at..at + chunk.len()].copy_from_slice(chunk);
             }
         }
+    }
+}
+
+/// Packs the scales of a row-major matrix in place to go with
+/// `pack_row_groups`: each whole group of four rows is transposed, block b's
+/// four scales side by side (rows 0–3) before block b + 1's, so a kernel
+/// reading four rows loads their scales for consecutive blocks in one load.
+/// Rows past the last whole group stay as they are. `nb` is blocks per row.
+pub fn pack_scale_groups<T: Copy>(d: &mut [T], rows: usize, nb: usize, scratch: &mut Vec<T>) {
+    for g in d[..rows / 4 * 4 * nb].chunks_exact_mut(4 * nb) {
+        scratch.clear();
+        scratch.extend_from_slice(g);
+        for (j, row) in scratch.chunks_exact(nb).enumerate() {
+            for (b, &v) in row.iter().enumerate() {
+                g[4 * b + j] = v;
+            }
+        }
+    }
+}
+
+/// The scale of block `b` of row `r`, packed or not.
+pub fn scale(w: &QTensor, r: usize, b: usize) -> f32 {
+    let nb = w.blocks_per_row();
+    if w.packed && r < w.rows / 4 * 4 {
+        w.d[(r - r % 4) * nb + 4 * b + r % 4]
+    } else {
+        w.d[r * nb + b]
     }
 }
 

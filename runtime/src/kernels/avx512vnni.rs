@@ -215,18 +215,21 @@ unsafe fn q4_pair_dot(p: *const u8, x: XPairQ4) -> __m512i {
 /// The Q4 quad path's activations: four blocks as their first halves
 /// [b 0–15, b+1 0–15, b+2 0–15, b+3 0–15] (against the low nibbles) and
 /// their second halves (against the high nibbles), and the accumulator
-/// start −8·Σx that re-centres the unsigned nibbles exactly, in int32.
+/// start −8·Σx that re-centres the unsigned nibbles exactly, in int32; and
+/// the blocks' scales, laid out as the group's sums are.
 #[derive(Clone, Copy)]
 struct XQuadQ4 {
     lo: __m512i,
     hi: __m512i,
     bias: __m512i,
+    /// The four blocks' scales, each over its lane group (block b+L in group L).
+    dx: __m512,
 }
 
-/// Safety: AVX-512 F/BW/VNNI; `x` is valid for 4·QK bytes.
+/// Safety: AVX-512 F/BW/VNNI; `x` is valid for 4·QK bytes, `d` for 4 scales.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn x_quad_q4(x: *const i8) -> XQuadQ4 {
+unsafe fn x_quad_q4(x: *const i8, d: *const f32) -> XQuadQ4 {
     let (a, b) = (_mm512_loadu_si512(x.cast()), _mm512_loadu_si512(x.add(2 * QK).cast()));
     let lo = _mm512_shuffle_i64x2(a, b, 0b10_00_10_00);
     let hi = _mm512_shuffle_i64x2(a, b, 0b11_01_11_01);
@@ -237,6 +240,10 @@ unsafe fn x_quad_q4(x: *const i8) -> XQuadQ4 {
         lo,
         hi,
         bias: _mm512_sub_epi32(zero, eight_x),
+        dx: _mm512_permutexvar_ps(
+            _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+            _mm512_castps128_ps512(_mm_loadu_ps(d)),
+        ),
     }
 }
 
@@ -257,10 +264,14 @@ unsafe fn q4_quad_dot(p: *const u8, x: XQuadQ4) -> __m512i {
 }
 
 /// Activation quads `matvec` prepares once per call rather than once per
-/// four-row group: 64 (12 KiB of stack) cover K ≤ 8192; past that each
+/// four-row group: 64 (16 KiB of stack) cover K ≤ 8192; past that each
 /// group prepares its own. On this project's Zen 4, Q4_0 in cache: 576×576
 /// 4.9 → 4.4 µs, 4096×4096 219 → 189 µs (`ml bench --shape`).
 const MAX_HOISTED_QUADS: usize = 64;
+
+/// Q8_0's activation pairs, prepared once per call the same way: 128 cover
+/// K ≤ 8192.
+const MAX_HOISTED_PAIRS: usize = 128;
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
@@ -306,7 +317,16 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
     let hoisted = quads <= MAX_HOISTED_QUADS;
     if hoisted {
         for (qd, slot) in xquads[..quads].iter_mut().enumerate() {
-            slot.write(x_quad_q4(xq.add(4 * qd * QK)));
+            slot.write(x_quad_q4(xq.add(4 * qd * QK), xd.add(4 * qd)));
+        }
+    }
+    // Q8_0 likewise with its activation pairs (|x|, sign mask, scales).
+    let mut xpairs = [std::mem::MaybeUninit::<(XPair, __m256)>::uninit(); MAX_HOISTED_PAIRS];
+    let pairs_hoisted = !Q4 && pairs <= MAX_HOISTED_PAIRS;
+    let dx2 = |b: usize| _mm256_set_m128(_mm_set1_ps(*xd.add(b + 1)), _mm_set1_ps(*xd.add(b)));
+    if pairs_hoisted {
+        for (p, slot) in xpairs[..pairs].iter_mut().enumerate() {
+            slot.write((x2(2 * p), dx2(2 * p)));
         }
     }
     let mut r = r0;
@@ -323,8 +343,11 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
                 wq.add(r * stride + packed_offset(j, offset, stride))
             }
         };
-        // Scales of rows r..r+4 for block b.
+        // Scales of rows r..r+4 for block b (packed: side by side already).
         let dw4 = |b: usize| {
+            if PACKED {
+                return _mm_loadu_ps(wd.add(r * nb + 4 * b));
+            }
             _mm_set_ps(
                 *wd.add((r + 3) * nb + b),
                 *wd.add((r + 2) * nb + b),
@@ -335,6 +358,9 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
         // Scales of rows r..r+4 for blocks b and b+1, as [dw4(b), dw4(b+1)]:
         // each row's two are adjacent, so four 8-byte loads and a transpose.
         let dw4x2 = |b: usize| {
+            if PACKED {
+                return _mm256_loadu_ps(wd.add(r * nb + 4 * b));
+            }
             // Unaligned 8-byte reads: a row's scale pair is only 4-byte
             // aligned, and _mm_load_sd/_mm_loadh_pd dereference an f64
             // pointer, which must be 8-byte aligned (Miri caught it).
@@ -364,7 +390,7 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
             let xb = match xquads.get(qd) {
                 // SAFETY: slots 0..quads were written above when hoisted.
                 Some(slot) if hoisted => slot.assume_init(),
-                _ => x_quad_q4(xq.add(b * QK)),
+                _ => x_quad_q4(xq.add(b * QK), xd.add(b)),
             };
             let sumi = hsum4_lanes(
                 q4_quad_dot(at(0, b * bb), xb),
@@ -372,28 +398,30 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
                 q4_quad_dot(at(2, b * bb), xb),
                 q4_quad_dot(at(3, b * bb), xb),
             );
-            // Lane group j holds row j's four scales; transpose to group L = block b+L.
-            let scales = |j: usize| _mm_loadu_ps(wd.add((r + j) * nb + b));
-            let by_row = _mm512_insertf32x4(
-                _mm512_insertf32x4(
-                    _mm512_insertf32x4(_mm512_castps128_ps512(scales(0)), scales(1), 1),
-                    scales(2),
-                    2,
-                ),
-                scales(3),
-                3,
-            );
-            let dw = _mm512_permutexvar_ps(
-                _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0),
-                by_row,
-            );
-            let dx = _mm512_permutexvar_ps(
-                _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                _mm512_castps128_ps512(_mm_loadu_ps(xd.add(b))),
-            );
-            acc4 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sumi), dw), dx, acc4);
+            let dw = if PACKED {
+                // Lane group L holds block b+L's four rows already.
+                _mm512_loadu_ps(wd.add(r * nb + 4 * b))
+            } else {
+                // Lane group j holds row j's four scales; transpose to group L = block b+L.
+                let scales = |j: usize| _mm_loadu_ps(wd.add((r + j) * nb + b));
+                let by_row = _mm512_insertf32x4(
+                    _mm512_insertf32x4(
+                        _mm512_insertf32x4(_mm512_castps128_ps512(scales(0)), scales(1), 1),
+                        scales(2),
+                        2,
+                    ),
+                    scales(3),
+                    3,
+                );
+                _mm512_permutexvar_ps(
+                    _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0),
+                    by_row,
+                )
+            };
+            acc4 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sumi), dw), xb.dx, acc4);
         }
         let mut acc = _mm256_setzero_ps();
+        let mut q8_dx = _mm256_setzero_ps();
         for p in 0..pairs {
             let b = 4 * quads + 2 * p;
             if Q4 || !PACKED {
@@ -408,7 +436,12 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
                     q4_pair_dot(at(3, b * bb), xb),
                 )
             } else {
-                let xb = x2(b);
+                let (xb, dx) = match xpairs.get(p) {
+                    // SAFETY: slots 0..pairs were written above when hoisted.
+                    Some(slot) if pairs_hoisted => slot.assume_init(),
+                    _ => (x2(b), dx2(b)),
+                };
+                q8_dx = dx;
                 hsum4x2_epi32(
                     pair_dot(load_w2::<Q4>(at(0, b * bb)), xb),
                     pair_dot(load_w2::<Q4>(at(1, b * bb)), xb),
@@ -416,7 +449,7 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
                     pair_dot(load_w2::<Q4>(at(3, b * bb)), xb),
                 )
             };
-            let dx = _mm256_set_m128(_mm_set1_ps(*xd.add(b + 1)), _mm_set1_ps(*xd.add(b)));
+            let dx = if Q4 { dx2(b) } else { q8_dx };
             let dw = dw4x2(b);
             acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dw), dx, acc);
         }

@@ -213,12 +213,14 @@ pub use active::{
 };
 
 /// Whether the active tier's matvecs want the matrices packed in four-row
-/// groups (`core::tensor::pack_row_groups`); the model packs them at load
-/// when its bytes are an owned copy. Only avx512vnni: its 4-row kernels then
-/// read one ascending stream that the hardware prefetchers follow, where
-/// four row streams needed software prefetch and still fell short. On this
-/// project's Zen 4, `ml bench --shape 49152x576`, Q8_0 cold: about 1250 µs
-/// row-major, about 1030 packed (96–102% of the probe's bandwidth).
+/// groups (`core::tensor::pack_row_groups` and `pack_scale_groups`); the
+/// model packs them at load when its bytes are an owned copy. Only
+/// avx512vnni: its 4-row kernels then read one ascending stream that the
+/// hardware prefetchers follow, where four row streams needed software
+/// prefetch and still fell short, and load a group's scales for two or four
+/// blocks in one load instead of gathering them. On this project's Zen 4,
+/// `ml bench --shape 49152x576`, Q8_0 cold: about 1350–1430 µs row-major,
+/// 1020–1080 packed (89–96% of the probe's bandwidth).
 pub const PACKS_ROW_GROUPS: bool = cfg!(all(
     feature = "isa-avx512vnni",
     any(target_arch = "x86", target_arch = "x86_64")

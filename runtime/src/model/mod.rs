@@ -11,7 +11,8 @@ pub mod writer;
 use crate::core::aligned::bytes_as_f32;
 use crate::core::error::{MlError, Result};
 use crate::core::file::{LoadMode, Storage};
-use crate::core::tensor::{pack_row_groups, QTensor, WType};
+use crate::core::quant::QK;
+use crate::core::tensor::{pack_row_groups, pack_scale_groups, QTensor, WType};
 use crate::kernels;
 use format::{Header, Layout, TensorEntry, TensorKind};
 use std::path::Path;
@@ -67,7 +68,7 @@ impl Model {
         let Some(bytes) = self.storage.bytes_mut() else {
             return;
         };
-        let mut scratch = Vec::new();
+        let (mut scratch, mut scale_scratch) = (Vec::new(), Vec::new());
         for t in self.layout.tensors.iter().filter(|t| t.kind == TensorKind::Quant) {
             let row_bytes = match wtype {
                 WType::Q8_0 => t.cols,
@@ -79,6 +80,10 @@ impl Model {
                 row_bytes,
                 &mut scratch,
             );
+            // The scales as 4-byte units (f32 little-endian): packing moves
+            // them whole.
+            let (scales, _) = bytes[t.d_offset..t.d_offset + t.d_bytes].as_chunks_mut::<4>();
+            pack_scale_groups(scales, t.rows, t.cols / QK, &mut scale_scratch);
         }
         self.packed = true;
     }

@@ -7,7 +7,7 @@ use super::Model;
 use crate::core::arena::{Arena, Carver};
 use crate::core::error::{MlError, Result};
 use crate::core::quant::{dequantize_row_q4, dequantize_row_q8, QK};
-use crate::core::tensor::{row_pieces, QTensor, WType};
+use crate::core::tensor::{row_pieces, scale, QTensor, WType};
 use crate::ops::{self, Exec};
 
 struct LayerWeights<'m> {
@@ -460,17 +460,18 @@ fn prefetch_matrix(w: &QTensor) {
     ops::prefetch_l2(&w.d[..(rows * w.blocks_per_row()).min(w.d.len())]);
 }
 
-/// Dequantizes one row of the embedding table into `x`.
+/// Dequantizes one row of the embedding table into `x`, block by block
+/// (a packed table's row is in pieces, its scales four apart).
 fn embed(x: &mut [f32], tok_emb: &QTensor, token: usize) {
-    let nb = tok_emb.blocks_per_row();
-    let d = &tok_emb.d[token * nb..(token + 1) * nb];
-    let block_bytes = tok_emb.row_bytes() / nb.max(1);
-    for (offset, bytes) in row_pieces(tok_emb, token) {
-        let blocks = offset / block_bytes..(offset + bytes.len()) / block_bytes;
-        let out = &mut x[blocks.start * QK..blocks.end * QK];
-        match tok_emb.wtype {
-            WType::Q8_0 => dequantize_row_q8(crate::core::aligned::bytes_as_i8(bytes), &d[blocks], out),
-            WType::Q4_0 => dequantize_row_q4(bytes, &d[blocks], out),
+    let block_bytes = tok_emb.row_bytes() / tok_emb.blocks_per_row().max(1);
+    for (offset, piece) in row_pieces(tok_emb, token) {
+        for (i, quants) in piece.chunks_exact(block_bytes).enumerate() {
+            let b = offset / block_bytes + i;
+            let (d, out) = ([scale(tok_emb, token, b)], &mut x[b * QK..(b + 1) * QK]);
+            match tok_emb.wtype {
+                WType::Q8_0 => dequantize_row_q8(crate::core::aligned::bytes_as_i8(quants), &d, out),
+                WType::Q4_0 => dequantize_row_q4(quants, &d, out),
+            }
         }
     }
 }
