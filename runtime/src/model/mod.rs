@@ -22,7 +22,8 @@ use std::path::Path;
 pub struct Model {
     storage: Storage,
     layout: Layout,
-    /// Whether the matrices' quants were packed at load (`pack_row_groups`).
+    /// Whether the matrices were packed at load (`pack_row_groups`,
+    /// `pack_scale_groups`).
     packed: bool,
 }
 
@@ -60,9 +61,11 @@ impl Model {
         Ok(model)
     }
 
-    /// Packs every matrix's quants in place for the active tier's matvec
-    /// (`core::tensor::pack_row_groups`), if the bytes are an owned copy: a
-    /// mapped file stays row-major, and the kernels read it as such.
+    /// Packs every matrix's quants and scales in place for the active tier's
+    /// matvec (`core::tensor::pack_row_groups`, `pack_scale_groups`), if the
+    /// bytes are an owned copy: a mapped file stays row-major, and the
+    /// kernels read it as such. The layout was validated, so every slice
+    /// below lies inside the bytes and holds whole rows.
     fn pack(&mut self) {
         let wtype = self.layout.header.wtype;
         let Some(bytes) = self.storage.bytes_mut() else {
@@ -126,7 +129,7 @@ impl Model {
         &self.layout.header
     }
 
-    /// Whether the matrices' quants were packed in four-row groups at load
+    /// Whether the matrices were packed in four-row groups at load
     /// (`core::tensor::pack_row_groups`), for the active tier's matvec.
     pub fn is_packed(&self) -> bool {
         self.packed
