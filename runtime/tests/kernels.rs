@@ -463,6 +463,35 @@ fn check_block_sums_exact(wtype: WType, seed: u64) {
     }
 }
 
+/// Q8_0 past the activation pairs a matvec prepares once (avx512vnni
+/// hoists 128, K ≤ 8192): K = 8320 (130 pairs), unit scales, against the
+/// exact integer sum. Its f32 sums are not exact at this length, so the
+/// bound is the accumulation error of two 130-term chains, 1e-5 of Σ|block
+/// sums|.
+#[test]
+#[cfg_attr(miri, ignore = "K = 8320 is too slow to interpret")]
+fn matvec_q8_long_rows_match_exact_sums() {
+    isa::guard();
+    let mut rng = Rng::new(19);
+    let (bound, _) = kernels_for(WType::Q8_0);
+    for rows in [1, 4, 7] {
+        let w = matrix(&mut rng, WType::Q8_0, rows, 8320, Fill::Random, true);
+        let x = activation(&mut rng, 8320, Fill::Random, true);
+        let mut got = vec![0.0f32; rows];
+        bound(&mut got, &w.view(), &x.view(), 0, rows);
+        for (r, &g) in got.iter().enumerate() {
+            let sums = block_sums(&w, &x, r);
+            let want: i64 = sums.iter().sum();
+            let magnitude: i64 = sums.iter().map(|s| s.abs()).sum();
+            let err = (g as f64 - want as f64).abs();
+            assert!(
+                err <= 1e-5 * magnitude as f64,
+                "rows={rows} row {r}: {g} vs {want} (Σ|sums| {magnitude})"
+            );
+        }
+    }
+}
+
 #[test]
 fn matvec_q8_block_sums_exact() {
     isa::guard();
