@@ -147,28 +147,30 @@ fn reference_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
     all
 }
 
+/// Miri interprets every instruction: the tests' models at a smaller size
+/// (dim 32, one layer, 16 tokens) there, unchanged elsewhere.
+fn small(c: GenConfig) -> GenConfig {
+    if !cfg!(miri) {
+        return c;
+    }
+    GenConfig {
+        dim: 32,
+        n_layers: 1,
+        hidden_dim: 32,
+        vocab: 16,
+        max_seq: 4,
+        ..c
+    }
+}
+
 #[test]
 fn forward_matches_an_independent_f64_transformer() {
     legacy_ml::core::isa::guard();
     // 40 positions: attention runs in tiles of 16, so the last steps span
     // three tiles, a partial one included.
     let tokens: Vec<u32> = (0..40u32).map(|i| (i * 97 + 1) % 251).collect();
-    // Miri interprets every instruction: it runs the same three shapes at a
-    // smaller size (dim 32, one layer, 16 tokens) for two positions.
+    // Miri runs the same three shapes smaller (`small`) for two positions.
     let tokens = if cfg!(miri) { &tokens[..2] } else { &tokens[..] };
-    fn small(c: GenConfig) -> GenConfig {
-        if !cfg!(miri) {
-            return c;
-        }
-        GenConfig {
-            dim: 32,
-            n_layers: 1,
-            hidden_dim: 32,
-            vocab: 16,
-            max_seq: 4,
-            ..c
-        }
-    }
     for cfg in [
         GenConfig {
             wtype: WType::Q8_0,
@@ -221,21 +223,8 @@ fn forward_matches_an_independent_f64_transformer() {
 fn a_read_model_is_packed_for_the_tier_and_decodes_as_the_mapped_one() {
     legacy_ml::core::isa::guard();
     use legacy_ml::core::file::LoadMode;
-    // Miri: one small layer (Miri cannot map a file: both models are read).
-    let cfg = || {
-        if cfg!(miri) {
-            GenConfig {
-                dim: 32,
-                n_layers: 1,
-                hidden_dim: 32,
-                vocab: 16,
-                max_seq: 4,
-                ..GenConfig::default()
-            }
-        } else {
-            GenConfig::default()
-        }
-    };
+    // Miri cannot map a file: there both models are read.
+    let cfg = || small(GenConfig::default());
     let dir = std::env::temp_dir().join(format!("legacy-ml-packed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Under Miri, one of the four cases (each runs two models): the shared

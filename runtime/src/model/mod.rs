@@ -73,10 +73,7 @@ impl Model {
         };
         let (mut scratch, mut scale_scratch) = (Vec::new(), Vec::new());
         for t in self.layout.tensors.iter().filter(|t| t.kind == TensorKind::Quant) {
-            let row_bytes = match wtype {
-                WType::Q8_0 => t.cols,
-                WType::Q4_0 => t.cols / 2,
-            };
+            let row_bytes = wtype.quant_bytes(t.cols as u64) as usize;
             pack_row_groups(
                 &mut bytes[t.q_offset..t.q_offset + t.q_bytes],
                 t.rows,
