@@ -1205,3 +1205,22 @@ fn sve_matvec_at_this_vector_length() {
     let ks: Vec<usize> = nbs.iter().map(|nb| nb * QK).collect();
     check_matvec_bits(&ks, 18);
 }
+
+#[test]
+fn stream_sum_adds_every_word_and_tail_byte_with_or_without_prefetch() {
+    for len in [0usize, 1, 63, 64, 65, 127, 4096 + 37, 70_000] {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+        let whole = len / 64 * 64;
+        let words = bytes[..whole]
+            .chunks_exact(8)
+            .fold(0u64, |a, c| a.wrapping_add(u64::from_le_bytes(c.try_into().unwrap())));
+        let want = words.wrapping_add(bytes[whole..].iter().map(|&b| b as u64).sum::<u64>());
+        for prefetch in [false, true] {
+            assert_eq!(
+                kernels::stream_sum(&bytes, prefetch),
+                want,
+                "len {len}, prefetch {prefetch}"
+            );
+        }
+    }
+}

@@ -307,57 +307,53 @@ impl Probe {
         Ok(Probe { buf })
     }
 
-    /// Reads one slice of `SLICE_BYTES` per thread (or the whole buffer, if
-    /// smaller), the buffer's slices in turn, so the one read was last read
-    /// many slices ago and comes from memory. Returns bytes read and time.
-    fn pass_slice(&self, threads: usize, i: usize) -> (usize, Duration) {
-        let bytes = self.buf.as_bytes();
-        let size = SLICE_BYTES * threads.max(1);
-        let slices = bytes.len().div_ceil(size).max(1);
-        let slice = bytes.chunks(size).nth(i % slices).unwrap_or(bytes);
-        (slice.len(), Self::pass_over(slice, threads))
-    }
-
-    fn pass_over(bytes: &[u8], threads: usize) -> Duration {
-        let start = Instant::now();
-        if threads <= 1 {
-            // No thread to start: a short pass then times memory alone.
-            black_box(sum_words(bytes));
-            return start.elapsed();
-        }
-        let chunk = bytes.len().div_ceil(threads).next_multiple_of(64);
-        std::thread::scope(|s| {
-            for part in bytes.chunks(chunk) {
-                s.spawn(move || black_box(sum_words(part)));
-            }
-        });
-        start.elapsed()
-    }
-
     /// Peak read bandwidth in GB/s: the best pass over the whole buffer in
-    /// about `seconds`.
+    /// about `seconds`, by the better of the two readers.
     fn peak_gbps(&self, threads: usize, seconds: f64) -> f64 {
-        let bytes = self.buf.as_bytes();
-        let t = best_time(seconds, || {
-            Self::pass_over(bytes, threads);
-        });
-        bytes.len() as f64 / t.as_secs_f64() / 1e9
+        let bytes = [self.buf.as_bytes()];
+        READERS
+            .iter()
+            .map(|&prefetch| {
+                let t = best_time(seconds / 2.0, || {
+                    sum_pass(&bytes, threads, prefetch);
+                });
+                bytes[0].len() as f64 / t.as_secs_f64() / 1e9
+            })
+            .fold(0.0, f64::max)
     }
 }
 
-/// Sums the buffer as little-endian u64 words with four independent
-/// accumulators, so the loop is bound by loads, not by one add chain.
-fn sum_words(bytes: &[u8]) -> u64 {
-    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
-    let mut acc = [0u64; 4];
-    let mut chunks = bytes.chunks_exact(32);
-    for c in &mut chunks {
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = a.wrapping_add(word(&c[8 * i..8 * i + 8]));
-        }
+/// The probe's two ways to read (`kernels::stream_sum`): plainly, and
+/// prefetching ahead.
+const READERS: [bool; 2] = [false, true];
+
+/// One pass of a bare sum over `slices`, `threads` threads each reading its
+/// own share of every slice, as the thread pool splits each matrix by rows.
+/// Over a model's weights, the time a decode step would take if it did
+/// nothing but read them, from the memory and caches they are in.
+fn sum_pass(slices: &[&[u8]], threads: usize, prefetch: bool) -> Duration {
+    let share = |part: usize, parts: usize| {
+        slices.iter().fold(0u64, |acc, s| {
+            let chunk = s.len().div_ceil(parts).next_multiple_of(64).max(64);
+            let sum = s
+                .chunks(chunk)
+                .nth(part)
+                .map_or(0, |c| kernels::stream_sum(c, prefetch));
+            acc.wrapping_add(sum)
+        })
+    };
+    let start = Instant::now();
+    if threads <= 1 {
+        // No thread to start: a short pass then times memory alone.
+        black_box(share(0, 1));
+    } else {
+        std::thread::scope(|s| {
+            for part in 0..threads {
+                s.spawn(move || black_box(share(part, threads)));
+            }
+        });
     }
-    let tail = chunks.remainder().iter().fold(0u64, |a, &b| a.wrapping_add(b as u64));
-    acc.iter().fold(tail, |a, &b| a.wrapping_add(b))
+    start.elapsed()
 }
 
 struct ModelRun {
@@ -368,39 +364,43 @@ struct ModelRun {
     prompt_tok_s: f64,
     decode_tokens: usize,
     decode_tok_s: f64,
-    /// Read bandwidth of the probe passes interleaved with the decode.
+    /// Read bandwidth of the sum passes over the weights interleaved with
+    /// the decode.
     decode_bandwidth_gbps: f64,
 }
 
-/// Weight bytes one decode step reads: every matrix once, plus one row of
-/// the embedding table (unless it doubles as the classifier, read whole).
-fn weight_bytes_per_token(model: &Model) -> usize {
+/// The bytes one decode step reads, in the model's own memory: every
+/// matrix (quants and scales) and norm vector once, and of the embedding
+/// table one row, unless it doubles as the classifier and is read whole.
+fn weights_read_per_token(model: &Model) -> Vec<&[u8]> {
     let h = model.header();
-    let mut total = 0;
+    let mut out = Vec::new();
     for t in &model.layout().tensors {
-        let bytes = t.q_bytes + t.d_bytes;
-        total += match (t.kind, t.name.as_str()) {
-            (TensorKind::Quant, "tok_emb") if !h.shared_classifier => bytes / t.rows,
-            _ => bytes,
-        };
+        let (q, d) = model.tensor_bytes(t);
+        if t.kind == TensorKind::Quant && t.name == "tok_emb" && !h.shared_classifier {
+            out.extend([&q[..q.len() / t.rows], &d[..d.len() / t.rows]]);
+        } else {
+            out.extend([q, d]);
+        }
     }
-    total
+    out.retain(|s| !s.is_empty());
+    out
 }
 
-/// Decode tokens timed between two bandwidth probe passes. The roofline is
-/// taken from passes interleaved with the decode, not from a probe run
-/// before it: on a machine whose memory bandwidth is shared with other
-/// work, both then see the same contention, and the fraction reached
-/// measures the runtime rather than the neighbours. A pass flushes the
-/// caches, which costs the next token a little, never helps it.
+/// Decode tokens timed between passes of a bare sum over the same weights
+/// (`sum_pass`, by either reader). The roofline is that sum's bandwidth, not a probe's over a
+/// buffer of its own: the sum reads the very bytes the decode reads, in the
+/// same memory, cache state and contention, so the fraction reached
+/// measures the runtime rather than the neighbours or the cache size (on a
+/// machine whose last-level cache holds much of the model, a probe over a
+/// separate buffer underrates the bandwidth the model is read at). A pass
+/// leaves the caches as a decode step would.
 const DECODE_CHUNK: usize = 4;
-/// Bytes each thread of an interleaved probe pass reads: twice the 32 MiB
-/// last-level cache of the machine this was tuned on, about 2 ms, so the
-/// bandwidth is sampled every few tokens at little cost.
-const SLICE_BYTES: usize = 64 << 20;
 
-fn bench_model(path: &std::path::Path, prompt: usize, steps: usize, threads: usize, probe: &Probe) -> Result<ModelRun> {
+fn bench_model(path: &std::path::Path, prompt: usize, steps: usize, threads: usize) -> Result<ModelRun> {
     let model = Model::open(path)?;
+    let weights = weights_read_per_token(&model);
+    let bytes_per_token: usize = weights.iter().map(|s| s.len()).sum();
     let mut tf = Transformer::with_threads(&model, threads)?;
     let h = *tf.header();
     let max_seq = h.max_seq as usize;
@@ -412,14 +412,14 @@ fn bench_model(path: &std::path::Path, prompt: usize, steps: usize, threads: usi
     let start = Instant::now();
     let mut next = argmax(tf.prefill(&tokens)?);
     let prompt_time = start.elapsed().as_secs_f64();
-    let (mut decode_time, mut probe_time, mut passes, mut probe_bytes) = (0.0, 0.0, 0, 0);
+    // Passes alternate between the two readers; the roofline takes the
+    // faster one's bandwidth.
+    let (mut decode_time, mut sum_time, mut passes) = (0.0, [0.0; 2], [0usize; 2]);
     let mut done = 0;
     while done < steps {
-        let (read, pt) = probe.pass_slice(threads, passes);
-        let pt = pt.as_secs_f64();
-        probe_time += pt;
-        probe_bytes += read;
-        passes += 1;
+        let reader = (passes[0] + passes[1]) % 2;
+        sum_time[reader] += sum_pass(&weights, threads, READERS[reader]).as_secs_f64();
+        passes[reader] += 1;
         let chunk = DECODE_CHUNK.min(steps - done);
         let start = Instant::now();
         for pos in prompt + done..prompt + done + chunk {
@@ -431,12 +431,15 @@ fn bench_model(path: &std::path::Path, prompt: usize, steps: usize, threads: usi
     Ok(ModelRun {
         path: path.display().to_string(),
         wtype: h.wtype.name(),
-        bytes_per_token: weight_bytes_per_token(&model),
+        bytes_per_token,
         prompt_tokens: prompt,
         prompt_tok_s: prompt as f64 / prompt_time,
         decode_tokens: steps,
         decode_tok_s: steps as f64 / decode_time,
-        decode_bandwidth_gbps: probe_bytes as f64 / probe_time / 1e9,
+        decode_bandwidth_gbps: (0..2)
+            .filter(|&r| passes[r] > 0)
+            .map(|r| (passes[r] * bytes_per_token) as f64 / sum_time[r] / 1e9)
+            .fold(0.0, f64::max),
     })
 }
 
@@ -466,7 +469,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let model_run = match &a.model {
         Some(p) => {
             eprintln!("bench: decoding {} on {threads} thread(s)...", p.display());
-            Some(bench_model(p, a.prompt, a.steps, threads, &probe)?)
+            Some(bench_model(p, a.prompt, a.steps, threads)?)
         }
         None => None,
     };
@@ -578,8 +581,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         w(
             &mut out,
             format!(
-                "  (bandwidth read by probe passes between every {DECODE_CHUNK} decoded tokens; against the peak \
-                 probe's {:.2} GB/s the decode reached {:.0}%)",
+                "  (bandwidth of a bare sum over the same weights, a pass between every {DECODE_CHUNK} decoded \
+                 tokens; against the probe's peak {:.2} GB/s the decode reached {:.0}%)",
                 bandwidth(threads),
                 100.0 * m.decode_tok_s / peak_roofline(m)
             ),

@@ -299,6 +299,30 @@ pub fn prefetch_l2<T>(items: &[T]) {
     }
 }
 
+/// Sums `bytes` as little-endian u64 words in eight independent lanes, so
+/// the loop is bound by loads, not by one add chain: the bandwidth probe's
+/// reader. With `prefetch`, each line is asked for 16 KiB ahead into L2, as
+/// the x86 matvecs do. Neither way is the faster everywhere, so the probe
+/// takes the better: on an Intel Xeon whose L3 holds an 80 MiB working set,
+/// 30 GB/s with the prefetch against 15 without; from memory (512 MiB),
+/// 16–17.5 GB/s with it against 17.4–18.3 without.
+pub fn stream_sum(bytes: &[u8], prefetch: bool) -> u64 {
+    const AHEAD: usize = 16 << 10;
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+    let mut lanes = [0u64; 8];
+    let mut lines = bytes.chunks_exact(64);
+    for (i, line) in (&mut lines).enumerate() {
+        if prefetch {
+            prefetch_line(bytes.as_ptr().wrapping_add(64 * i + AHEAD), CacheLevel::L2);
+        }
+        for (j, lane) in lanes.iter_mut().enumerate() {
+            *lane = lane.wrapping_add(word(&line[8 * j..8 * j + 8]));
+        }
+    }
+    let tail = lines.remainder().iter().fold(0u64, |a, &b| a.wrapping_add(b as u64));
+    lanes.iter().fold(tail, |a, &b| a.wrapping_add(b))
+}
+
 /// Software prefetch for the x86 matvecs. Measured with `ml bench --shape`
 /// on a Zen 4 (cold, i.e. streamed from DRAM): at K = 576 the hardware
 /// prefetchers alone reach about a third of the read bandwidth, and

@@ -146,6 +146,17 @@ impl Model {
         self.f32_array(t.q_offset, t.q_bytes)
     }
 
+    /// A tensor's bytes as they lie in memory (packed, if the model was):
+    /// its quants, or its values for an f32 tensor, and its scales (empty
+    /// for an f32 tensor).
+    pub fn tensor_bytes(&self, t: &TensorEntry) -> (&[u8], &[u8]) {
+        let bytes = self.storage.bytes();
+        (
+            &bytes[t.q_offset..t.q_offset + t.q_bytes],
+            &bytes[t.d_offset..t.d_offset + t.d_bytes],
+        )
+    }
+
     /// The quantized matrix view of a weight tensor.
     pub fn matrix(&self, t: &TensorEntry) -> Result<QTensor<'_>> {
         Ok(QTensor {
