@@ -342,18 +342,31 @@ fn sum_pass(slices: &[&[u8]], threads: usize, prefetch: bool) -> Duration {
             acc.wrapping_add(sum)
         })
     };
-    let start = Instant::now();
     if threads <= 1 {
-        // No thread to start: a short pass then times memory alone.
+        let start = Instant::now();
         black_box(share(0, 1));
-    } else {
-        std::thread::scope(|s| {
-            for part in 0..threads {
-                s.spawn(move || black_box(share(part, threads)));
-            }
-        });
+        return start.elapsed();
     }
-    start.elapsed()
+    // From the first thread's start to the last one's end, all started
+    // together: the pass times memory, not starting and joining threads.
+    let barrier = std::sync::Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|part| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    black_box(share(part, threads));
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        workers.into_iter().filter_map(|w| w.join().ok()).collect()
+    });
+    let start = spans.iter().map(|s| s.0).min();
+    let end = spans.iter().map(|s| s.1).max();
+    start.zip(end).map_or(Duration::ZERO, |(a, b)| b - a)
 }
 
 struct ModelRun {
