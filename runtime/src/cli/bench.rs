@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// A .mlb model to time decoding with (prompt, then generated tokens).
+    /// A .mlb model to time decoding with (prompt, then generated tokens),
+    /// against its roofline: the bandwidth of a bare sum over its own weights.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Prompt tokens fed before timing decode.
@@ -33,7 +34,7 @@ pub struct BenchArgs {
     /// Tokens generated while timing decode.
     #[arg(short = 'n', long, default_value_t = 64)]
     steps: usize,
-    /// Size of the bandwidth probe's buffer in MiB (far larger than the last-level cache).
+    /// Size of the peak bandwidth probe's buffer in MiB (far larger than the last-level cache).
     #[arg(long, default_value_t = 512)]
     probe_mib: usize,
     /// Seconds spent on each measurement (more is steadier).
