@@ -34,6 +34,10 @@ struct Shared {
     /// A worker's job panicked; `run` re-raises it on the caller.
     panicked: AtomicBool,
     shutdown: AtomicBool,
+    /// Workers asleep on `wake`, or about to be: `run` notifies only when
+    /// some are, since a notify is a system call (futex wake) on every job
+    /// otherwise, on the caller's critical path.
+    sleepers: AtomicUsize,
     sleep_lock: Mutex<()>,
     wake: Condvar,
 }
@@ -55,6 +59,7 @@ impl Pool {
             pending: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
         });
@@ -93,8 +98,12 @@ impl Pool {
         let s = &*self.shared;
         *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(erased);
         s.pending.store(self.threads - 1, Ordering::Release);
-        s.generation.fetch_add(1, Ordering::AcqRel);
-        {
+        // SeqCst pairs with the worker's `sleepers` increment and generation
+        // check: either this load sees the worker counted (and the notify
+        // below, under the lock it holds until it waits, wakes it) or the
+        // worker's check sees the new generation and does not wait.
+        s.generation.fetch_add(1, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _lock = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
@@ -140,9 +149,11 @@ fn worker(s: &Shared, index: usize) {
                 continue;
             }
             let lock = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
-            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+            s.sleepers.fetch_add(1, Ordering::SeqCst);
+            if s.generation.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::SeqCst) {
                 drop(s.wake.wait(lock).unwrap_or_else(|e| e.into_inner()));
             }
+            s.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
         seen = s.generation.load(Ordering::Acquire);
         let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
@@ -157,7 +168,7 @@ fn worker(s: &Shared, index: usize) {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.shutdown.store(true, Ordering::SeqCst);
         {
             let _lock = self.shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
@@ -176,4 +187,49 @@ pub fn default_threads() -> usize {
         .map(|n| n.get())
         .unwrap_or(1)
         .min(8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn counting_job(counts: &[AtomicUsize]) -> impl Fn(usize) + Sync + '_ {
+        move |i| {
+            counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn every_thread_index_runs_once_per_job() {
+        let pool = Pool::new(3).expect("pool");
+        let counts: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+        let jobs = if cfg!(miri) { 20 } else { 2000 };
+        for _ in 0..jobs {
+            pool.run(&counting_job(&counts));
+        }
+        let counts: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        assert_eq!(counts, vec![jobs; 3]);
+    }
+
+    /// Workers that went to sleep (idle past SPIN) must be woken by the
+    /// next job: a lost wake-up would hang `run`, so it runs on a thread of
+    /// its own and the test fails after a timeout instead of hanging.
+    #[test]
+    fn workers_asleep_past_the_spin_wake_for_the_next_job() {
+        let (done, finished) = mpsc::channel();
+        std::thread::spawn(move || {
+            let pool = Pool::new(3).expect("pool");
+            let counts: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+            for _ in 0..5 {
+                pool.run(&counting_job(&counts));
+                std::thread::sleep(SPIN * 20);
+            }
+            let _ = done.send(counts.iter().map(|c| c.load(Ordering::Relaxed)).collect::<Vec<_>>());
+        });
+        let counts = finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a job after the workers slept never finished: lost wake-up");
+        assert_eq!(counts, vec![5; 3]);
+    }
 }
