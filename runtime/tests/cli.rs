@@ -333,10 +333,11 @@ fn load_modes_give_the_same_logits() {
     assert!(info("read").contains("loaded:            read into memory"));
     assert!(info("auto").contains("loaded:            read into memory"));
     assert!(info("map").contains("loaded:            mapped"));
-    // A read model is packed for a tier that wants it; a mapping never is.
+    // A read model is packed for a tier that reads packed groups, on a CPU
+    // that streams them faster (`core::isa::streaming`); a mapping never is.
     assert_eq!(
         info("read").contains("packed in four-row groups"),
-        legacy_ml::kernels::PACKS_ROW_GROUPS
+        legacy_ml::core::isa::streaming().pack_row_groups
     );
     assert!(!info("map").contains("packed in"));
     // ML_LOAD is the default of --load.
@@ -356,6 +357,22 @@ fn load_modes_give_the_same_logits() {
             stdout(&o).contains("loaded:            read into memory"),
             "{}",
             stderr(&o)
+        );
+        // ML_PACK overrides this CPU's choice of layout, where the tier
+        // reads packed groups at all.
+        let o = ml_under_sh("export ML_PACK=1", &["info", &m]);
+        assert_eq!(
+            stdout(&o).contains("packed in four-row groups"),
+            legacy_ml::kernels::PACKS_ROW_GROUPS,
+            "{}",
+            stderr(&o)
+        );
+        let o = ml_under_sh("export ML_PACK=0", &["info", &m]);
+        assert!(stdout(&o).contains("loaded:            read into memory, matrices row-major"));
+        assert_exit(
+            &ml_under_sh("export ML_PACK=yes", &["info", &m]),
+            2,
+            "ML_PACK must be 1",
         );
     }
 }

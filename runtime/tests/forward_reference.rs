@@ -10,7 +10,7 @@ use legacy_ml::core::tensor::{row_pieces, scale, QTensor, WType};
 use legacy_ml::model::format::TensorKind;
 use legacy_ml::model::gen::GenConfig;
 use legacy_ml::model::transformer::Transformer;
-use legacy_ml::model::Model;
+use legacy_ml::model::{MatrixOrder, Model};
 
 /// Dequantized matrix, row-major.
 struct Mat {
@@ -247,9 +247,19 @@ fn a_read_model_is_packed_for_the_tier_and_decodes_as_the_mapped_one() {
             ..cfg()
         };
         std::fs::write(&path, config.to_bytes().unwrap()).unwrap();
-        let read = Model::open_with(&path, LoadMode::Read).unwrap();
+        // Packed wherever the tier reads packed groups, whatever this CPU
+        // would choose (`MatrixOrder::Auto`, checked below).
+        let read = Model::open_with_order(&path, LoadMode::Read, MatrixOrder::Packed).unwrap();
         let mapped = Model::open_with(&path, LoadMode::Map).unwrap();
         assert_eq!(read.is_packed(), legacy_ml::kernels::PACKS_ROW_GROUPS, "{wtype:?}");
+        let auto = Model::open_with(&path, LoadMode::Read).unwrap();
+        assert_eq!(
+            auto.is_packed(),
+            legacy_ml::core::isa::streaming().pack_row_groups,
+            "{wtype:?}"
+        );
+        let row_major = Model::open_with_order(&path, LoadMode::Read, MatrixOrder::RowMajor).unwrap();
+        assert!(!row_major.is_packed(), "{wtype:?}");
         assert!(
             !mapped.is_packed() || !mapped.is_mapped(),
             "{wtype:?}: a mapping was packed"

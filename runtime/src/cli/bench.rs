@@ -175,7 +175,7 @@ impl Matrices {
             d: bytes_as_f32(&self.d.as_bytes()[i * d_len..(i + 1) * d_len])?,
             // Read as the model's matrices are (see Model::open). The bytes
             // are random, so packing them would only permute them.
-            packed: legacy_ml::kernels::PACKS_ROW_GROUPS,
+            packed: legacy_ml::core::isa::streaming().pack_row_groups,
         })
     }
 }
@@ -457,6 +457,19 @@ fn bench_model(path: &std::path::Path, prompt: usize, steps: usize, threads: usi
     })
 }
 
+/// How the matrices of a model read into memory, and the kernel rows' own,
+/// are laid out on this CPU (`core::isa::streaming`).
+fn matrix_order() -> &'static str {
+    match (
+        legacy_ml::core::isa::streaming().pack_row_groups,
+        kernels::PACKS_ROW_GROUPS,
+    ) {
+        (true, _) => "matrices packed in four-row groups",
+        (false, true) => "matrices row-major (this CPU streams them faster so; ML_PACK=1 packs them)",
+        (false, false) => "matrices row-major",
+    }
+}
+
 pub fn run(a: BenchArgs) -> Result<()> {
     let threads = a.threads.count();
     eprintln!(
@@ -528,15 +541,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
         };
         writeln!(
             out,
-            "{{\"tier\": \"{}\", \"threads\": {threads}, \"bandwidth_gb_per_s\": {{\"1\": {bw1:.6}, \"{threads}\": {bwn:.6}}}, \"kernels\": [{}], \"model\": {model_json}}}",
+            "{{\"tier\": \"{}\", \"packed_matrices\": {}, \"threads\": {threads}, \"bandwidth_gb_per_s\": {{\"1\": {bw1:.6}, \"{threads}\": {bwn:.6}}}, \"kernels\": [{}], \"model\": {model_json}}}",
             kernels::TIER,
+            legacy_ml::core::isa::streaming().pack_row_groups,
             kernels_json.join(", ")
         )
         .map_err(stdout_error)?;
         return Ok(());
     }
     let w = |out: &mut std::io::StdoutLock, s: String| writeln!(out, "{s}").map_err(stdout_error);
-    w(&mut out, format!("tier: {}", kernels::TIER))?;
+    w(&mut out, format!("tier: {}; {}", kernels::TIER, matrix_order()))?;
     w(
         &mut out,
         format!("memory read bandwidth: {bw1:.2} GB/s (1 thread), {bwn:.2} GB/s ({threads} threads)"),

@@ -19,7 +19,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         "loaded:            {}",
         match (model.is_mapped(), model.is_packed()) {
             (true, _) => "mapped (row-major, as in the file)",
-            (false, false) => "read into memory",
+            (false, false) => "read into memory, matrices row-major",
             (false, true) => "read into memory, matrices packed in four-row groups for this tier's matvec",
         }
     );

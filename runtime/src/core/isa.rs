@@ -33,6 +33,57 @@ pub fn missing_features() -> Vec<&'static str> {
         .collect()
 }
 
+/// The CPU vendor's CPUID string ("GenuineIntel", "AuthenticAMD", …) on
+/// x86; None on other targets and under Miri.
+pub fn cpu_vendor() -> Option<String> {
+    #[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(miri)))]
+    return Some(detect::vendor());
+    #[allow(unreachable_code)]
+    None
+}
+
+/// How this CPU streams weights faster, where its microarchitecture decides
+/// and not its ISA. Either way runs the same kernels and gives bit-identical
+/// logits, so this is chosen at load time; the kernels themselves stay
+/// chosen at compile time. Measured (README, "Speed"):
+/// - on an AMD Zen 4, packed row groups (`core::tensor::pack_row_groups`)
+///   streamed a cold 49152×576 Q8_0 matvec in 1020–1080 µs against
+///   1350–1430 row-major, and the warm pass took row-major Q8_0 decode at
+///   1 thread from 62–64% to 70–74% of the roofline;
+/// - on an Intel Xeon (Sapphire Rapids or later) row-major was the faster
+///   (cold 4096×4096 Q8_0 1175–1200 µs against 1310–1365 packed; SmolLM2
+///   decode at 1 thread 88% of the roofline against 80% (Q8_0), 84 against
+///   82 (Q4_0)), and the warm pass cost avx2 Q8_0 decode 18 points.
+///
+/// So Intel CPUs stream row-major without the warm pass; every other CPU
+/// keeps the choices measured first. `ML_PACK=1` or `0` overrides the layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Streaming {
+    /// Pack the matrices of a model read into memory in four-row groups,
+    /// for a tier whose matvec reads them (`kernels::PACKS_ROW_GROUPS`).
+    pub pack_row_groups: bool,
+    /// On one thread, prefetch each row-major Q8_0 matrix of up to 2 MiB
+    /// whole into the caches one phase before its matvec.
+    pub warm_q8_matrices: bool,
+}
+
+/// This CPU's `Streaming` choices (and `ML_PACK`'s), read once per process.
+pub fn streaming() -> Streaming {
+    static CHOICE: std::sync::OnceLock<Streaming> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        let intel = cpu_vendor().as_deref() == Some("GenuineIntel");
+        let pack = match std::env::var("ML_PACK").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => !intel,
+        };
+        Streaming {
+            pack_row_groups: crate::kernels::PACKS_ROW_GROUPS && pack,
+            warm_q8_matrices: !intel,
+        }
+    })
+}
+
 /// Fails with an Isa error naming every missing feature.
 pub fn check() -> Result<()> {
     early::keep();
@@ -159,6 +210,12 @@ mod detect {
         unsafe {
             __cpuid_count(leaf, sub)
         }
+    }
+
+    pub fn vendor() -> String {
+        let l0 = cpuid(0, 0);
+        let bytes: Vec<u8> = [l0.ebx, l0.edx, l0.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 
     /// XCR0: which register state the OS saves (so may be used).

@@ -212,9 +212,10 @@ pub use active::{
     add, attn_mix, attn_scores, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul, softmax,
 };
 
-/// Whether the active tier's matvecs want the matrices packed in four-row
+/// Whether the active tier's matvecs read matrices packed in four-row
 /// groups (`core::tensor::pack_row_groups` and `pack_scale_groups`); the
-/// model packs them at load when its bytes are an owned copy. Only
+/// model packs them at load when its bytes are an owned copy and the CPU
+/// streams them faster so (`core::isa::streaming`: not on Intel). Only
 /// avx512vnni: its 4-row kernels then read one ascending stream that the
 /// hardware prefetchers follow, where four row streams needed software
 /// prefetch and still fell short, and load a group's scales for two or four

@@ -17,6 +17,20 @@ use crate::kernels;
 use format::{Header, Layout, TensorEntry, TensorKind};
 use std::path::Path;
 
+/// How the matrices of a model read into memory are laid out; a mapped
+/// model stays row-major, as in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatrixOrder {
+    /// Packed where the tier's matvec reads packed groups and this CPU
+    /// streams them faster (`core::isa::streaming`).
+    Auto,
+    /// Row-major, as in the file.
+    RowMajor,
+    /// Packed in four-row groups wherever the tier's matvec reads them
+    /// (`kernels::PACKS_ROW_GROUPS`), whatever the CPU.
+    Packed,
+}
+
 /// A loaded, validated model: its bytes (mapped or owned) and where every
 /// tensor lies in them.
 pub struct Model {
@@ -38,16 +52,22 @@ impl Model {
     /// file must not be truncated or rewritten in place while the model
     /// lives (`core::file`); a read one is a private copy.
     pub fn open_with(path: &Path, mode: LoadMode) -> Result<Model> {
-        Model::from_storage(Storage::open_with(path, mode)?)
+        Model::open_with_order(path, mode, MatrixOrder::Auto)
+    }
+
+    /// As `open_with`, with the matrices of a model read into memory in
+    /// `order`.
+    pub fn open_with_order(path: &Path, mode: LoadMode, order: MatrixOrder) -> Result<Model> {
+        Model::from_storage(Storage::open_with(path, mode)?, order)
             .map_err(|e| MlError::new(e.kind, format!("{}: {}", path.display(), e.message)))
     }
 
     /// Validates a .mlb image held in memory (copied into aligned storage).
     pub fn from_bytes(bytes: &[u8]) -> Result<Model> {
-        Model::from_storage(Storage::from_bytes(bytes)?)
+        Model::from_storage(Storage::from_bytes(bytes)?, MatrixOrder::Auto)
     }
 
-    fn from_storage(storage: Storage) -> Result<Model> {
+    fn from_storage(storage: Storage, order: MatrixOrder) -> Result<Model> {
         let layout = Layout::validate(storage.bytes())?;
         let mut model = Model {
             storage,
@@ -55,7 +75,12 @@ impl Model {
             packed: false,
         };
         model.check_values()?;
-        if kernels::PACKS_ROW_GROUPS {
+        let pack = match order {
+            MatrixOrder::Auto => crate::core::isa::streaming().pack_row_groups,
+            MatrixOrder::Packed => kernels::PACKS_ROW_GROUPS,
+            MatrixOrder::RowMajor => false,
+        };
+        if pack {
             model.pack();
         }
         Ok(model)

@@ -270,7 +270,10 @@ impl<'m> Transformer<'m> {
         let cos = &b.rope_cos[pos * half..(pos + 1) * half];
         let sin = &b.rope_sin[pos * half..(pos + 1) * half];
 
-        let warm_q8 = exec.threads() == 1 && h.wtype == WType::Q8_0 && !weights.wcls.packed;
+        let warm_q8 = crate::core::isa::streaming().warm_q8_matrices
+            && exec.threads() == 1
+            && h.wtype == WType::Q8_0
+            && !weights.wcls.packed;
         let warm = |w: &QTensor| {
             if warm_q8 {
                 prefetch_matrix(w);
