@@ -35,9 +35,10 @@ fn matvec(c: &mut Criterion) {
                 cols,
                 q: &q,
                 d: &d,
-                // As a model read into memory is (Model::open); the bytes
-                // are random, so packing them would only permute them.
-                packed: kernels::PACKS_ROW_GROUPS,
+                // As a model read into memory is on this CPU (Model::open,
+                // core::isa::streaming); the bytes are random, so packing
+                // them would only permute them.
+                packed: legacy_ml::core::isa::streaming().pack_row_groups,
             };
             let act = QAct { q: &xq, d: &xd };
             let mut y = vec![0.0f32; rows];
