@@ -112,6 +112,10 @@ pub enum Expect {
     Reject,
     /// Built (and audited) but not run here.
     CompileOnly,
+    /// `native` only: pass where this host has what the tier needs, else
+    /// reject; resolved to one of them when the matrix is loaded. For the
+    /// tiers whose support differs between x86-64 hosts.
+    Host,
 }
 
 impl Expect {
@@ -120,6 +124,7 @@ impl Expect {
             Expect::Pass => "pass",
             Expect::Reject => "reject",
             Expect::CompileOnly => "compile-only",
+            Expect::Host => "host",
         }
     }
 }
@@ -241,9 +246,57 @@ impl Matrix {
     }
 
     pub fn parse(text: &str, host: &Host) -> Result<Matrix> {
-        let m: Matrix = toml::from_str(text)?;
+        let mut m: Matrix = toml::from_str(text)?;
+        m.resolve_native(host, false)?;
         m.validate(host)?;
         Ok(m)
+    }
+
+    /// Sets `native` cells to pass or reject by this host's CPU: the cells
+    /// that say `expect = "host"` and, with `all`, every native pass/reject
+    /// cell too. Returns the pass/reject cells it changed.
+    fn resolve_native(&mut self, host: &Host, all: bool) -> Result<Vec<String>> {
+        let (mut changed, mut errors) = (Vec::new(), Vec::new());
+        for row in &mut self.rows {
+            // A row with an unknown target or tier: validate names it.
+            let (Some(arch), Some(tier)) = (Arch::from_triple(&row.target), isa::tier(&row.tier)) else {
+                continue;
+            };
+            let needs = tier.needs(arch);
+            let native_ok = host.arch.is_some_and(|h| row.runs_natively_on(h));
+            for cell in &mut row.cpus {
+                if cell.expect == Expect::Host && (cell.cpu != "native" || !native_ok) {
+                    errors.push(format!(
+                        "row `{}`: cpu `{}`: expect = \"host\" fits only a `native` cell that this host can run",
+                        row.name, cell.cpu
+                    ));
+                    continue;
+                }
+                let follow = cell.expect == Expect::Host
+                    || (all && cell.cpu == "native" && cell.expect != Expect::CompileOnly && native_ok);
+                if !follow {
+                    continue;
+                }
+                let want = if isa::missing(needs, &host.features).is_empty() {
+                    Expect::Pass
+                } else {
+                    Expect::Reject
+                };
+                if cell.expect != Expect::Host && want != cell.expect {
+                    changed.push(format!(
+                        "{}: native {} → {} (this host's CPU)",
+                        row.name,
+                        cell.expect.name(),
+                        want.name()
+                    ));
+                }
+                cell.expect = want;
+            }
+        }
+        if !errors.is_empty() {
+            bail!("{}", errors.join("\n"));
+        }
+        Ok(changed)
     }
 
     /// Loads with every `native` pass/reject cell re-derived from this
@@ -258,33 +311,7 @@ impl Matrix {
     /// [`Matrix::load_native_from_host`] on the text of a matrix.toml.
     pub fn parse_native_from_host(text: &str, host: &Host) -> Result<(Matrix, Vec<String>)> {
         let mut m: Matrix = toml::from_str(text)?;
-        let mut changed = Vec::new();
-        for row in &mut m.rows {
-            let (Some(arch), Some(tier)) = (Arch::from_triple(&row.target), isa::tier(&row.tier)) else {
-                continue;
-            };
-            let needs = tier.needs(arch);
-            let native_ok = host.arch.is_some_and(|h| row.runs_natively_on(h));
-            for cell in &mut row.cpus {
-                if cell.cpu != "native" || cell.expect == Expect::CompileOnly || !native_ok {
-                    continue;
-                }
-                let want = if isa::missing(needs, &host.features).is_empty() {
-                    Expect::Pass
-                } else {
-                    Expect::Reject
-                };
-                if want != cell.expect {
-                    changed.push(format!(
-                        "{}: native {} → {} (this host's CPU)",
-                        row.name,
-                        cell.expect.name(),
-                        want.name()
-                    ));
-                    cell.expect = want;
-                }
-            }
-        }
+        let changed = m.resolve_native(host, true)?;
         m.validate(host)?;
         Ok((m, changed))
     }
@@ -716,6 +743,35 @@ cpus = [{ cpu = "cortex-a7", expect = "pass" }]
         assert_eq!(m.rows[0].cpus[0].expect, Expect::Reject);
         assert_eq!(changed, vec!["avx512vnni: native pass → reject (this host's CPU)"]);
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn expect_host_follows_the_hosts_cpu_on_native_cells_only() {
+        let row = |cpu: &str| {
+            format!(
+                "{TARGETS}\n[[row]]\nname = \"avxvnni\"\ntier = \"avxvnni\"\ntarget = \"x86_64-unknown-linux-gnu\"\ncpus = [{{ cpu = \"{cpu}\", expect = \"host\" }}]\n"
+            )
+        };
+        let host_like = |model: &str| Host {
+            arch: Some(Arch::X86_64),
+            features: isa::cpu_model(Arch::X86_64, model)
+                .unwrap()
+                .features
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        };
+        // Haswell lacks AVX-VNNI: the native cell expects the guard's reject.
+        let m = Matrix::parse(&row("native"), &host_like("Haswell")).unwrap();
+        assert_eq!(m.rows[0].cpus[0].expect, Expect::Reject);
+        // A host with everything the tier needs runs it.
+        let mut rich = host_like("Haswell");
+        rich.features.push("avx_vnni".to_string());
+        let m = Matrix::parse(&row("native"), &rich).unwrap();
+        assert_eq!(m.rows[0].cpus[0].expect, Expect::Pass);
+        // A qemu model has fixed features: `host` means nothing there.
+        let e = format!("{:#}", Matrix::parse(&row("Haswell"), &rich).unwrap_err());
+        assert!(e.contains("fits only a `native` cell"), "{e}");
     }
 
     #[test]

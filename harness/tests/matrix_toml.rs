@@ -3,7 +3,7 @@
 //! what is wrong, never a panic, and the text-based entry points agree with
 //! the file-based ones.
 
-use harness::config::{Host, Matrix};
+use harness::config::{Expect, Host, Matrix};
 use harness::isa::Arch;
 use std::path::Path;
 
@@ -47,14 +47,34 @@ fn the_repository_matrix_follows_the_host_from_text_as_from_the_file() {
     let (from_file, changed_file) = Matrix::load_native_from_host(&path, &haswell()).unwrap();
     assert_eq!(changed_text, changed_file);
     assert_eq!(from_text.rows.len(), from_file.rows.len());
-    // A Haswell host cannot run the AVX-512 VNNI row natively: its native
-    // cell follows the host and the change is reported.
-    assert!(
-        changed_text
-            .iter()
-            .any(|c| c.starts_with("avx512vnni") && c.ends_with("native pass → reject (this host's CPU)")),
-        "{changed_text:?}"
+    // The AVX-512 VNNI and AVX-VNNI rows' native cells say `host`: on a
+    // Haswell host both become reject on either path (not a change to
+    // report, since the file asked for it); on a Zen 4, AVX-512 VNNI passes
+    // and AVX-VNNI (which Zen 4 lacks) rejects.
+    let native = |m: &Matrix, row: &str| {
+        m.row(row)
+            .and_then(|r| r.cpus.iter().find(|c| c.cpu == "native"))
+            .map(|c| c.expect)
+    };
+    let plain = Matrix::parse(&text, &haswell()).unwrap();
+    for m in [&from_text, &plain] {
+        assert_eq!(native(m, "avx512vnni"), Some(Expect::Reject));
+        assert_eq!(native(m, "avxvnni"), Some(Expect::Reject));
+    }
+    assert!(!changed_text.iter().any(|c| c.starts_with("avx")), "{changed_text:?}");
+    let zen = Matrix::parse(&text, &zen4()).unwrap();
+    assert_eq!(native(&zen, "avx512vnni"), Some(Expect::Pass));
+    assert_eq!(native(&zen, "avxvnni"), Some(Expect::Reject));
+}
+
+#[test]
+fn native_from_host_still_reports_a_pass_or_reject_it_overrides() {
+    let text = format!(
+        "{X86}[[row]]\nname = \"v\"\ntier = \"avx512vnni\"\ntarget = \"x86_64-unknown-linux-gnu\"\ncpus = [{{ cpu = \"native\", expect = \"pass\" }}]\n"
     );
+    let (m, changed) = Matrix::parse_native_from_host(&text, &haswell()).unwrap();
+    assert_eq!(m.rows[0].cpus[0].expect, Expect::Reject);
+    assert_eq!(changed, vec!["v: native pass → reject (this host's CPU)"]);
 }
 
 #[test]
