@@ -9,16 +9,11 @@ use legacy_ml::core::isa;
 
 fn main() {
     let args = cli::Cli::parse();
-    // ML_PACK is read by the library (core::isa::streaming), which treats
-    // any other value as unset; here a typo is an error, as a bad ML_LOAD is.
-    if let Ok(v) = std::env::var("ML_PACK") {
-        if !["", "0", "1"].contains(&v.as_str()) {
-            eprintln!(
-                "error: ML_PACK must be 1 (pack matrices in four-row groups), 0 (keep them row-major) \
-                 or empty (this CPU's choice), not {v:?}"
-            );
-            std::process::exit(2);
-        }
+    // The library treats a bad ML_PACK as unset; here a typo is an error,
+    // as a bad ML_LOAD is.
+    if let Err(e) = isa::pack_override() {
+        eprintln!("error: {e}");
+        std::process::exit(2);
     }
     // The guard runs before anything can reach a kernel. `ml isa` only
     // reports, so it is the one command allowed to run on a CPU the build

@@ -37,9 +37,30 @@ pub fn missing_features() -> Vec<&'static str> {
 /// x86; None on other targets and under Miri.
 pub fn cpu_vendor() -> Option<String> {
     #[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(miri)))]
-    return Some(detect::vendor());
-    #[allow(unreachable_code)]
-    None
+    {
+        Some(detect::vendor())
+    }
+    #[cfg(not(all(any(target_arch = "x86", target_arch = "x86_64"), not(miri))))]
+    {
+        None
+    }
+}
+
+/// `ML_PACK`: `1` packs matrices in four-row groups, `0` keeps them
+/// row-major, unset or empty leaves it to this CPU (`streaming`). Any other
+/// value is an error, for the command line to report; `streaming` treats it
+/// as unset.
+pub fn pack_override() -> std::result::Result<Option<bool>, String> {
+    match std::env::var("ML_PACK").as_deref() {
+        Ok("1") => Ok(Some(true)),
+        Ok("0") => Ok(Some(false)),
+        Ok("") | Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) => Err(format!(
+            "ML_PACK must be 1 (pack matrices in four-row groups), 0 (keep them row-major) \
+             or empty (this CPU's choice), not {v:?}"
+        )),
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!("ML_PACK must be 1, 0 or empty, not {v:?}")),
+    }
 }
 
 /// How this CPU streams weights faster, where its microarchitecture decides
@@ -72,11 +93,7 @@ pub fn streaming() -> Streaming {
     static CHOICE: std::sync::OnceLock<Streaming> = std::sync::OnceLock::new();
     *CHOICE.get_or_init(|| {
         let intel = cpu_vendor().as_deref() == Some("GenuineIntel");
-        let pack = match std::env::var("ML_PACK").as_deref() {
-            Ok("1") => true,
-            Ok("0") => false,
-            _ => !intel,
-        };
+        let pack = pack_override().ok().flatten().unwrap_or(!intel);
         Streaming {
             pack_row_groups: crate::kernels::PACKS_ROW_GROUPS && pack,
             warm_q8_matrices: !intel,
