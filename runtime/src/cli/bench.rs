@@ -402,8 +402,8 @@ fn weights_read_per_token(model: &Model) -> Vec<&[u8]> {
 }
 
 /// Decode tokens timed between passes of a bare sum over the same weights
-/// (`sum_pass`, by either reader). The roofline is that sum's bandwidth, not a probe's over a
-/// buffer of its own: the sum reads the very bytes the decode reads, in the
+/// (`sum_pass`, by either reader). The roofline is that sum's bandwidth, not
+/// a probe's over a buffer of its own: the sum reads the very bytes the decode reads, in the
 /// same memory, cache state and contention, so the fraction reached
 /// measures the runtime rather than the neighbours or the cache size (on a
 /// machine whose last-level cache holds much of the model, a probe over a

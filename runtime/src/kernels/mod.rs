@@ -300,6 +300,11 @@ pub fn prefetch_l2<T>(items: &[T]) {
     }
 }
 
+/// How far ahead of a weight stream software prefetch asks for lines: in
+/// each row stream of the x86 matvecs (`prefetch`), and in the bandwidth
+/// probe's prefetching reader (`stream_sum`).
+const WEIGHTS_AHEAD: usize = 16 << 10;
+
 /// Sums `bytes` as little-endian u64 words in eight independent lanes, so
 /// the loop is bound by loads, not by one add chain: the bandwidth probe's
 /// reader. With `prefetch`, each line is asked for 16 KiB ahead into L2, as
@@ -308,13 +313,12 @@ pub fn prefetch_l2<T>(items: &[T]) {
 /// 30 GB/s with the prefetch against 15 without; from memory (512 MiB),
 /// 16–17.5 GB/s with it against 17.4–18.3 without.
 pub fn stream_sum(bytes: &[u8], prefetch: bool) -> u64 {
-    const AHEAD: usize = 16 << 10;
     let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
     let mut lanes = [0u64; 8];
     let mut lines = bytes.chunks_exact(64);
     for (i, line) in (&mut lines).enumerate() {
         if prefetch {
-            prefetch_line(bytes.as_ptr().wrapping_add(64 * i + AHEAD), CacheLevel::L2);
+            prefetch_line(bytes.as_ptr().wrapping_add(64 * i + WEIGHTS_AHEAD), CacheLevel::L2);
         }
         for (j, lane) in lanes.iter_mut().enumerate() {
             *lane = lane.wrapping_add(word(&line[8 * j..8 * j + 8]));
@@ -333,10 +337,7 @@ pub fn stream_sum(bytes: &[u8], prefetch: bool) -> u64 {
 /// kernels stream at 85–90 % of it.
 #[cfg(all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")))]
 pub(crate) mod prefetch {
-    use super::{prefetch_line, CacheLevel};
-
-    /// Bytes ahead of the current position in each weight row stream.
-    pub const WEIGHTS_AHEAD: usize = 16 << 10;
+    use super::{prefetch_line, CacheLevel, WEIGHTS_AHEAD};
 
     /// Asks for the line holding `p` in L2. `p` may point anywhere, past
     /// the end of the matrix included: a prefetch never faults.

@@ -184,12 +184,13 @@ impl Model {
 
     /// The quantized matrix view of a weight tensor.
     pub fn matrix(&self, t: &TensorEntry) -> Result<QTensor<'_>> {
+        let (q, d) = self.tensor_bytes(t);
         Ok(QTensor {
             wtype: self.layout.header.wtype,
             rows: t.rows,
             cols: t.cols,
-            q: &self.storage.bytes()[t.q_offset..t.q_offset + t.q_bytes],
-            d: self.f32_array(t.d_offset, t.d_bytes)?,
+            q,
+            d: bytes_as_f32(d)?,
             packed: self.packed,
         })
     }
