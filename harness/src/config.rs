@@ -37,7 +37,11 @@ pub struct Settings {
 }
 
 fn default_golden() -> Vec<String> {
-    vec!["golden/logits_q8_0.snap".into(), "golden/logits_q4_0.snap".into()]
+    vec![
+        "golden/logits_q8_0.snap".into(),
+        "golden/logits_q4_0.snap".into(),
+        "golden/logits_stories260k_q8_0.snap".into(),
+    ]
 }
 fn default_tolerance() -> f64 {
     1e-3

@@ -12,6 +12,9 @@ pub struct Logits {
     /// How to regenerate the model with `ml gen` (snapshots only).
     #[serde(default)]
     pub gen_args: Vec<String>,
+    /// Or the model file, relative to the repository root (snapshots only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// The tier that produced it (`ml logits` only).
     #[serde(default)]
     pub tier: Option<String>,
@@ -170,6 +173,7 @@ mod tests {
     fn golden() -> Logits {
         Logits {
             gen_args: vec!["--seed".into(), "1".into()],
+            model: None,
             tier: None,
             tokens: vec![1, 7],
             steps: vec![
@@ -192,6 +196,28 @@ mod tests {
         let text = "---\nsource: runtime/tests/golden.rs\nexpression: got\n---\n{\"gen_args\": [\"--seed\", \"1\"], \"tokens\": [1, 7], \"steps\": [{\"pos\": 1, \"token\": 2, \"logits\": [0.5, -1.0, 4.0]}, {\"pos\": 2, \"token\": 0, \"logits\": [3.0, -2.0, 1.0]}]}\n";
         assert_eq!(parse_snapshot(text).unwrap(), golden());
         assert!(parse_snapshot("{}").is_err());
+    }
+
+    #[test]
+    fn a_snapshot_may_name_a_model_file_instead_of_gen_args() {
+        let text = "---\nsource: runtime/tests/golden.rs\nexpression: got\n---\n{\"model\": \"testdata/m.mlb\", \"tokens\": [1, 7], \"steps\": []}\n";
+        let g = parse_snapshot(text).unwrap();
+        assert_eq!(g.model.as_deref(), Some("testdata/m.mlb"));
+        assert!(g.gen_args.is_empty());
+        assert_eq!(golden().model, None);
+    }
+
+    #[test]
+    fn the_repositorys_snapshots_parse_and_the_trained_one_names_its_model() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let stories = read_snapshot(&root.join("golden/logits_stories260k_q8_0.snap")).unwrap();
+        let file = stories.model.expect("stories260K is a file, not an ml gen model");
+        assert!(root.join(&file).is_file(), "{file} is missing");
+        assert_eq!(stories.steps.len(), 16);
+        for name in ["logits_q8_0", "logits_q4_0"] {
+            let g = read_snapshot(&root.join(format!("golden/{name}.snap"))).unwrap();
+            assert!(g.model.is_none() && !g.gen_args.is_empty(), "{name}");
+        }
     }
 
     #[test]

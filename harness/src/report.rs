@@ -42,6 +42,9 @@ pub struct GoldenInfo {
     pub name: String,
     pub path: String,
     pub gen_args: Vec<String>,
+    /// The model file in the repository, for goldens not made by `ml gen`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     pub tokens: Vec<u32>,
     pub steps: usize,
 }
@@ -476,14 +479,11 @@ pub fn markdown(r: &Report) -> String {
     }
     let _ = writeln!(s, "\n## Golden\n");
     for g in &r.golden {
-        let _ = writeln!(
-            s,
-            "- `{}`: `ml gen {}`, prompt {:?}, {} steps",
-            g.path,
-            g.gen_args.join(" "),
-            g.tokens,
-            g.steps
-        );
+        let model = match &g.model {
+            Some(file) => format!("`{file}`"),
+            None => format!("`ml gen {}`", g.gen_args.join(" ")),
+        };
+        let _ = writeln!(s, "- `{}`: {model}, prompt {:?}, {} steps", g.path, g.tokens, g.steps);
     }
     let _ = writeln!(s, "\n## Toolchain\n\n| tool | version |\n|---|---|");
     for (t, v) in &r.toolchain {

@@ -158,7 +158,7 @@ fn info_prints_header_and_tensors() {
 #[test]
 #[cfg_attr(miri, ignore = "Miri cannot start processes")]
 fn tokenize_matches_llama2c() {
-    let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/llama2c-32000.bin");
+    let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/llama2c-32000.bin");
     assert!(tok.exists(), "reference tokenizer {} must exist", tok.display());
     let o = ml(&[
         "tokenize",
@@ -252,7 +252,7 @@ fn prompts_longer_than_the_context_are_refused_by_every_command() {
     assert_eq!(v["steps"][0]["pos"].as_u64(), Some(7));
 
     // A text prompt is counted after tokenizing.
-    let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/llama2c-32000.bin");
+    let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/llama2c-32000.bin");
     let args = "--dim 32 --heads 2 --kv-heads 1 --hidden 32 --layers 1 --vocab 32000 --max-seq 8";
     let big = gen(&dir, "big.mlb", &args.split(' ').collect::<Vec<_>>());
     let o = ml(&[

@@ -1,4 +1,6 @@
-//! Golden logits: fixed `ml gen` models, a fixed prompt, 16 greedy steps.
+//! Golden logits: two fixed `ml gen` models (random weights, Q8_0 and Q4_0)
+//! and the trained stories260K (`testdata/stories260K-q8_0.mlb`, converted
+//! by tools/convert.py), each with a fixed prompt and 16 greedy steps.
 //!
 //! The scalar build on x86-64 writes and must match `golden/*.snap` exactly
 //! (`cargo insta review` accepts changes). Every other build (an ISA tier,
@@ -16,15 +18,62 @@ use serde::{Deserialize, Serialize};
 
 const STEPS: usize = 16;
 const PROMPT: [u32; 4] = [1, 7, 42, 100];
+/// The trained model's prompt: chosen so that no greedy step of the 16 is a
+/// near-tie (`golden_choices_are_not_near_ties`); `[1, 7, 42, 100]` has one
+/// at position 13.
+const STORIES_PROMPT: [u32; 4] = [1, 50, 60, 70];
+const STORIES_MODEL: &str = "testdata/stories260K-q8_0.mlb";
 const E2E_TOLERANCE: f32 = 1e-3;
 
-/// One snapshot: how to regenerate the model with `ml gen`, the prompt, and
-/// per step the position, greedy token and full logits.
+/// One snapshot: where the model comes from (regenerated with `ml gen`
+/// from `gen_args`, or a file of the repository), the prompt, and per step
+/// the position, greedy token and full logits.
 #[derive(Serialize, Deserialize)]
 struct Golden {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     gen_args: Vec<String>,
+    /// The model file, relative to the repository root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
     tokens: Vec<u32>,
     steps: Vec<Step>,
+}
+
+/// A golden model: generated, or read from the repository.
+enum Source {
+    Gen(GenConfig),
+    File(&'static str),
+}
+
+impl Source {
+    fn prompt(&self) -> &'static [u32] {
+        match self {
+            Source::Gen(_) => &PROMPT,
+            Source::File(_) => &STORIES_PROMPT,
+        }
+    }
+}
+
+fn sources() -> [(&'static str, Source); 3] {
+    [
+        (
+            "logits_q8_0",
+            Source::Gen(GenConfig {
+                seed: 1,
+                wtype: WType::Q8_0,
+                ..GenConfig::default()
+            }),
+        ),
+        (
+            "logits_q4_0",
+            Source::Gen(GenConfig {
+                seed: 2,
+                wtype: WType::Q4_0,
+                ..GenConfig::default()
+            }),
+        ),
+        ("logits_stories260k_q8_0", Source::File(STORIES_MODEL)),
+    ]
 }
 
 #[derive(Serialize, Deserialize)]
@@ -34,14 +83,21 @@ struct Step {
     logits: Vec<f32>,
 }
 
-fn record(cfg: &GenConfig) -> Golden {
-    let bytes = cfg.to_bytes().expect("generate model");
-    let model = Model::from_bytes(&bytes).expect("load generated model");
+fn record(source: &Source) -> Golden {
+    let bytes = match source {
+        Source::Gen(cfg) => cfg.to_bytes().expect("generate model"),
+        Source::File(rel) => {
+            let path = repo_root().join(rel);
+            std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+        }
+    };
+    let model = Model::from_bytes(&bytes).expect("load golden model");
     let mut tf = Transformer::new(&model).expect("runtime state");
+    let prompt = source.prompt();
     let mut steps = Vec::new();
-    let mut logits = tf.prefill(&PROMPT).expect("prefill").to_vec();
+    let mut logits = tf.prefill(prompt).expect("prefill").to_vec();
     for step in 0..STEPS {
-        let pos = PROMPT.len() - 1 + step;
+        let pos = prompt.len() - 1 + step;
         let token = argmax(&logits);
         steps.push(Step {
             pos,
@@ -52,14 +108,22 @@ fn record(cfg: &GenConfig) -> Golden {
             logits = tf.forward(token, pos + 1).expect("forward").to_vec();
         }
     }
+    let (gen_args, model) = match source {
+        Source::Gen(cfg) => (
+            vec![
+                "--seed".into(),
+                cfg.seed.to_string(),
+                "--wtype".into(),
+                cfg.wtype.name().into(),
+            ],
+            None,
+        ),
+        Source::File(rel) => (Vec::new(), Some(rel.to_string())),
+    };
     Golden {
-        gen_args: vec![
-            "--seed".into(),
-            cfg.seed.to_string(),
-            "--wtype".into(),
-            cfg.wtype.name().into(),
-        ],
-        tokens: PROMPT.to_vec(),
+        gen_args,
+        model,
+        tokens: prompt.to_vec(),
         steps,
     }
 }
@@ -69,12 +133,16 @@ fn is_reference_build() -> bool {
     legacy_ml::kernels::TIER == "scalar" && cfg!(target_arch = "x86_64")
 }
 
-fn golden_dir() -> std::path::PathBuf {
+fn repo_root() -> std::path::PathBuf {
     // Under qemu the harness points insta at the checkout.
     match std::env::var_os("INSTA_WORKSPACE_ROOT") {
-        Some(root) => std::path::PathBuf::from(root).join("golden"),
-        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden"),
+        Some(root) => std::path::PathBuf::from(root),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
     }
+}
+
+fn golden_dir() -> std::path::PathBuf {
+    repo_root().join("golden")
 }
 
 /// Compares with the stored snapshot within the e2e tolerance.
@@ -104,9 +172,14 @@ fn compare_within_tolerance(name: &str, got: &Golden) {
     }
 }
 
-fn check(name: &str, cfg: GenConfig) {
+fn check(name: &str) {
     legacy_ml::core::isa::guard();
-    let got = record(&cfg);
+    let source = sources()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| s)
+        .expect("a golden of that name");
+    let got = record(&source);
     if is_reference_build() {
         insta::with_settings!({ snapshot_path => golden_dir(), prepend_module_to_snapshot => false }, {
             insta::assert_json_snapshot!(name, got);
@@ -122,14 +195,7 @@ fn check(name: &str, cfg: GenConfig) {
     ignore = "the golden models take hours under Miri; forward_reference runs the forward pass there"
 )]
 fn golden_q8_0() {
-    check(
-        "logits_q8_0",
-        GenConfig {
-            seed: 1,
-            wtype: WType::Q8_0,
-            ..GenConfig::default()
-        },
-    );
+    check("logits_q8_0");
 }
 
 #[test]
@@ -138,14 +204,18 @@ fn golden_q8_0() {
     ignore = "the golden models take hours under Miri; forward_reference runs the forward pass there"
 )]
 fn golden_q4_0() {
-    check(
-        "logits_q4_0",
-        GenConfig {
-            seed: 2,
-            wtype: WType::Q4_0,
-            ..GenConfig::default()
-        },
-    );
+    check("logits_q4_0");
+}
+
+/// The trained model: real weight and activation distributions, GQA with
+/// head size 8, and an FFN zero-padded from 172 to 192.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "the golden models take hours under Miri; forward_reference runs the forward pass there"
+)]
+fn golden_stories260k_q8_0() {
+    check("logits_stories260k_q8_0");
 }
 
 /// The recorded greedy choices must not be near-ties, or a correct ISA
@@ -158,25 +228,8 @@ fn golden_q4_0() {
 )]
 fn golden_choices_are_not_near_ties() {
     legacy_ml::core::isa::guard();
-    for (name, cfg) in [
-        (
-            "q8_0",
-            GenConfig {
-                seed: 1,
-                wtype: WType::Q8_0,
-                ..GenConfig::default()
-            },
-        ),
-        (
-            "q4_0",
-            GenConfig {
-                seed: 2,
-                wtype: WType::Q4_0,
-                ..GenConfig::default()
-            },
-        ),
-    ] {
-        for step in record(&cfg).steps {
+    for (name, source) in sources() {
+        for step in record(&source).steps {
             let mut sorted = step.logits.clone();
             sorted.sort_by(|a, b| b.total_cmp(a));
             let scale = sorted[0].abs().max(sorted[sorted.len() - 1].abs());

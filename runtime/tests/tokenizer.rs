@@ -7,7 +7,7 @@ use legacy_ml::ErrorKind;
 use std::path::Path;
 use std::sync::OnceLock;
 
-const REAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/tokenizers/llama2c-32000.bin");
+const REAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/llama2c-32000.bin");
 
 /// The reference vocabulary, loaded once. A missing file is a failure, not a
 /// skip: every value asserted below depends on it.

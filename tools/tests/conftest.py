@@ -22,7 +22,8 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 TOOLS = TESTS.parent
 REPO = TOOLS.parent
-SHARED = REPO.parent / "shared"
+# The llama2.c files the tests need, in the repository (testdata/README.md).
+TESTDATA = REPO / "testdata"
 for p in (str(TOOLS), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)

@@ -1,4 +1,4 @@
-"""Independent numerics on a trained model: stories260K (../shared/models),
+"""Independent numerics on a trained model: stories260K (testdata/),
 llama2.c legacy float32, dim 64, hidden 172 (padded to 192 with
 --pad-hidden), 5 layers, 8 heads / 4 KV heads, vocab 512.
 
@@ -33,15 +33,13 @@ import struct
 import numpy as np
 import pytest
 
-from conftest import SHARED, convert_main, ml_logits
+from conftest import TESTDATA, convert_main, ml_logits
 from helpers import dequant_mlb, parse_mlb
 from reference import RefConfig, compare, forward, greedy, q8_round_trip
 
-STORIES = SHARED / "models" / "stories260K.bin"
+STORIES = TESTDATA / "stories260K.bin"
 SHA256 = "9414d5a285453a7eab631713d171753232c978f6f97654211469aff8be93c8d6"
 STEPS = 200
-
-pytestmark = pytest.mark.skipif(not STORIES.exists(), reason="../shared/models/stories260K.bin is absent")
 
 
 def read_stories():
@@ -86,6 +84,17 @@ def stories(tmp_path_factory):
         files[wtype] = d / f"stories260K-{wtype}.mlb"
         assert convert_main(STORIES, "--out", files[wtype], "--wtype", wtype, "--pad-hidden", "-q") == 0
     return cfg, w, files
+
+
+def test_the_committed_golden_model_is_convert_py_output(stories):
+    """testdata/stories260K-q8_0.mlb, the matrix's trained golden model, is
+    exactly what tools/convert.py makes of testdata/stories260K.bin."""
+    _, _, files = stories
+    committed = TESTDATA / "stories260K-q8_0.mlb"
+    assert files["q8_0"].read_bytes() == committed.read_bytes(), (
+        "testdata/stories260K-q8_0.mlb is stale: regenerate it with "
+        "tools/convert.py testdata/stories260K.bin --out testdata/stories260K-q8_0.mlb --wtype q8_0 --pad-hidden, "
+        "then re-record golden/logits_stories260k_q8_0.snap")
 
 
 def report(name, r, extra=""):

@@ -1,7 +1,7 @@
 """Tokenizers written by --tokenizer-out: the .tok format for GPT-2
 byte-level BPE GGUFs (checked with a reader written from FORMAT.md and with
 the HF `tokenizers` library), and llama2.c's tokenizer.bin for SentencePiece
-GGUFs (checked byte for byte against the shared llama2.c tokenizer and with
+GGUFs (checked byte for byte against the in-tree llama2.c tokenizer and with
 `ml tokenize`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import convert
-from conftest import SHARED, convert_main, ml
+from conftest import TESTDATA, convert_main, ml
 from helpers import hf_weights_from, random_weights, write_gguf
 from reference import RefConfig
 from tokfile import hf_tokenizer, read_tok
@@ -95,10 +95,9 @@ def read_llama2c_tokenizer(data: bytes):
     return max_len, pieces, scores
 
 
-LLAMA2C_TOK = SHARED / "tokenizers" / "llama2c-32000.bin"
+LLAMA2C_TOK = TESTDATA / "llama2c-32000.bin"
 
 
-@pytest.mark.skipif(not LLAMA2C_TOK.exists(), reason="../shared/tokenizers/llama2c-32000.bin is absent")
 def test_sentencepiece_gguf_round_trips_llama2c_tokenizer(tmp_path, ml_bin):
     """llama2.c's tokenizer.bin -> the SentencePiece vocabulary a GGUF holds
     ('\u2581' for spaces, <s>/</s>) -> --tokenizer-out: the original bytes."""

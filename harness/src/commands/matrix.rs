@@ -303,6 +303,7 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
             name: g.name.clone(),
             path: g.path.clone(),
             gen_args: g.logits.gen_args.clone(),
+            model: g.logits.model.clone(),
             tokens: g.logits.tokens.clone(),
             steps: g.logits.steps.len(),
         })
@@ -437,20 +438,33 @@ fn prepare_golden(sh: &Shell, ctx: &Ctx) -> Result<Vec<Gold>> {
             .and_then(|s| s.to_str())
             .unwrap_or(rel)
             .to_string();
-        let model = models.join(format!("{name}.mlb"));
-        let gen_args = &logits.gen_args;
-        let out = cmd!(sh, "{ml} gen --out {model} {gen_args...}")
-            .quiet()
-            .ignore_status()
-            .output()?;
-        if !out.status.success() {
-            bail!(
-                "ml gen --out {} {}: {}",
-                model.display(),
-                gen_args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+        let model = match &logits.model {
+            // A model of the repository (the trained stories260K) is used in place.
+            Some(file) => {
+                let model = ctx.root.join(file);
+                if !model.is_file() {
+                    bail!("{rel} names the model {file}, which is not in the repository");
+                }
+                model
+            }
+            None => {
+                let model = models.join(format!("{name}.mlb"));
+                let gen_args = &logits.gen_args;
+                let out = cmd!(sh, "{ml} gen --out {model} {gen_args...}")
+                    .quiet()
+                    .ignore_status()
+                    .output()?;
+                if !out.status.success() {
+                    bail!(
+                        "ml gen --out {} {}: {}",
+                        model.display(),
+                        gen_args.join(" "),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    );
+                }
+                model
+            }
+        };
         golds.push(Gold {
             name,
             path: rel.clone(),
