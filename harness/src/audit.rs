@@ -114,6 +114,33 @@ const STARTUP: &[&str] = &[
     "ml::main",
 ];
 
+/// What a statically linked glibc runs before the first constructor (the
+/// start-up path of the i686 rows), by name; a `.constprop.N` or similar
+/// suffix counts as the same function.
+const GLIBC_STATIC_STARTUP: &[&str] = &[
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "__libc_start_call_main",
+    "__libc_setup_tls",
+    "__libc_init_secure",
+    "__libc_init_first",
+    "__libc_early_init",
+    "__tunables_init",
+    "__init_misc",
+    "_dl_aux_init",
+    "_dl_non_dynamic_init",
+    "_dl_relocate_static_pie",
+    "init_cpu_features",
+    "update_active",
+    "call_init",
+];
+
+fn is_glibc_static_startup(symbol: &str) -> bool {
+    GLIBC_STATIC_STARTUP
+        .iter()
+        .any(|s| symbol == *s || symbol.strip_prefix(s).is_some_and(|rest| rest.starts_with('.')))
+}
+
 /// The pre-main CPU check of builds with a crate-wide ISA flag.
 fn is_pre_main_guard(symbol: &str) -> bool {
     symbol
@@ -123,12 +150,13 @@ fn is_pre_main_guard(symbol: &str) -> bool {
 
 /// C start-up code: runs before any constructor, so always at the target baseline.
 fn is_c_startup(symbol: &str) -> bool {
-    STARTUP.contains(&symbol) && symbol != "main" && symbol != "ml::main"
+    (STARTUP.contains(&symbol) && symbol != "main" && symbol != "ml::main") || is_glibc_static_startup(symbol)
 }
 
 pub fn kind(symbol: &str) -> Kind {
     let s = symbol.trim_start_matches('<');
     if STARTUP.contains(&symbol)
+        || is_glibc_static_startup(symbol)
         || s.starts_with("legacy_ml::core::isa::")
         || s.starts_with("std::rt::lang_start")
         || s.starts_with("std::rt::init")
@@ -207,6 +235,11 @@ pub struct AuditResult {
     pub instructions: usize,
     /// Allowed anywhere: the target's baseline.
     pub target_baseline: Vec<String>,
+    /// What the guard path was held to: the target's baseline, or with a
+    /// pre-main check the floor below it (empty: the plain ISA, e.g. i686
+    /// without MMX/SSE/SSE2).
+    #[serde(default)]
+    pub guard_path_baseline: Vec<String>,
     /// Allowed outside kernels: target baseline + row rustflags.
     pub row_baseline: Vec<String>,
     /// Allowed in kernels: what the guard checks (`ml isa`), plus implied.
@@ -226,12 +259,23 @@ impl AuditResult {
         if self.ok {
             let feats: Vec<String> = self.kernel_features.iter().map(|(f, n)| format!("{f}×{n}")).collect();
             format!(
-                "clean: {} instructions in {} functions; {} kernel functions{}; guard path ({} functions) at target baseline",
+                "clean: {} instructions in {} functions; {} kernel functions{}; guard path ({} functions) at {}",
                 self.instructions,
                 self.functions,
                 self.kernel_functions.len(),
-                if feats.is_empty() { String::new() } else { format!(" using {}", feats.join(" ")) },
-                self.guard_path_functions.len()
+                if feats.is_empty() {
+                    String::new()
+                } else {
+                    format!(" using {}", feats.join(" "))
+                },
+                self.guard_path_functions.len(),
+                if self.guard_path_baseline == self.target_baseline {
+                    "target baseline".to_string()
+                } else if self.guard_path_baseline.is_empty() {
+                    "the bare ISA (no SIMD)".to_string()
+                } else {
+                    self.guard_path_baseline.join(" ")
+                }
             )
         } else {
             let v: Vec<String> = self
@@ -265,8 +309,41 @@ pub fn rule_name(k: Kind) -> &'static str {
 
 pub struct Baselines {
     pub target: Vec<String>,
+    /// What the C start-up code and a pre-main check may use: below
+    /// `target` where the target's floor is above the oldest CPUs it can
+    /// start on (Rust's i686 assumes SSE2, glibc for i686 does not).
+    pub floor: Vec<String>,
     pub row: Vec<String>,
     pub guard: Vec<String>,
+}
+
+impl Baselines {
+    /// A row's baselines: the target's, plus the features of its rustflags,
+    /// and what its guard checks.
+    pub fn for_row(arch: Arch, rustflags: &[String], guard: Vec<String>) -> Baselines {
+        let target = target_baseline(arch);
+        let mut row = target.clone();
+        for f in crate::config::rustflag_target_features(rustflags) {
+            row.push(rust_feature_to_guard(arch, &f));
+        }
+        Baselines {
+            floor: target_floor(arch),
+            target,
+            row,
+            guard,
+        }
+    }
+}
+
+/// The features the start-up path of a binary for `arch` may use: the
+/// target baseline, except on 32-bit x86, whose CPUs below Rust's floor
+/// (the Pentium II and III have no SSE2) are refused by a pre-main check
+/// that must itself run there.
+pub fn target_floor(arch: Arch) -> Vec<String> {
+    match arch {
+        Arch::X86 => Vec::new(),
+        _ => target_baseline(arch),
+    }
 }
 
 /// The target's own baseline features (guard names).
@@ -303,6 +380,7 @@ pub fn rust_feature_to_guard(arch: Arch, f: &str) -> String {
 /// Audits parsed functions.
 pub fn audit(arch: Arch, functions: &[Function], b: &Baselines) -> AuditResult {
     let target = insn::closure(&b.target);
+    let floor = insn::closure(&b.floor);
     let row = insn::closure(&b.row);
     let mut guard_all = b.row.clone();
     guard_all.extend(b.guard.iter().cloned());
@@ -318,13 +396,21 @@ pub fn audit(arch: Arch, functions: &[Function], b: &Baselines) -> AuditResult {
     let mut exceptions = std::collections::BTreeSet::new();
     // A row built with a crate-wide feature (ARMv7 `+neon`) cannot keep
     // `main` and the guard at the target baseline: the compiler may use the
-    // feature anywhere. Such builds check the CPU before Rust starts, from an
-    // `.init_array` constructor (`legacy_ml::core::isa::early`). Then the
-    // guard path is the C start-up code plus that constructor, and `main` and
-    // the rest are ordinary code at the row's baseline. (The row's `reject`
-    // cell proves at run time that the constructor runs first: `main` holds
-    // the feature's instructions, so anything else would die of SIGILL.)
-    let pre_main_guard = b.row.len() > b.target.len() && functions.iter().any(|f| is_pre_main_guard(&f.name));
+    // feature anywhere. Nor can a target whose baseline is above the oldest
+    // CPUs it starts on (i686 and SSE2). Such builds check the CPU before
+    // Rust starts, from an `.init_array` constructor
+    // (`legacy_ml::core::isa::early`). Then the guard path is the C start-up
+    // code plus that constructor, held to the floor, and `main` and the rest
+    // are ordinary code at the row's baseline. (The row's `reject` cells
+    // prove at run time that the constructor runs first: `main` holds the
+    // feature's instructions, so anything else would die of SIGILL.)
+    let below_target = b.row.len() > b.target.len() || floor.len() < target.len();
+    let pre_main_guard = below_target && functions.iter().any(|f| is_pre_main_guard(&f.name));
+    res.guard_path_baseline = if pre_main_guard {
+        b.floor.clone()
+    } else {
+        b.target.clone()
+    };
     if pre_main_guard {
         exceptions.insert(
             "pre-main guard: `legacy_ml::core::isa::early` checks the CPU from .init_array, so the guard path is \
@@ -343,6 +429,7 @@ pub fn audit(arch: Arch, functions: &[Function], b: &Baselines) -> AuditResult {
             Kind::Other => {}
         }
         let allowed = match k {
+            Kind::GuardPath if pre_main_guard => &floor,
             Kind::GuardPath => &target,
             Kind::Other => &row,
             Kind::Kernel => &guard,
@@ -374,6 +461,29 @@ pub fn audit(arch: Arch, functions: &[Function], b: &Baselines) -> AuditResult {
                     });
             }
         }
+    }
+    // A target whose floor is below its baseline needs the pre-main check:
+    // without it, `main` and std's start-up run at the baseline on CPUs
+    // that lack it.
+    if floor.len() < target.len() && !pre_main_guard {
+        let missing: Vec<&str> = b
+            .target
+            .iter()
+            .filter(|f| !b.floor.contains(f))
+            .map(String::as_str)
+            .collect();
+        violations.insert(
+            ("legacy_ml::core::isa::early".to_string(), missing.join(" ")),
+            Violation {
+                rule: Kind::GuardPath,
+                symbol: "legacy_ml::core::isa::early".to_string(),
+                feature: missing.join(" "),
+                count: 1,
+                example: "no pre-main check: CPUs below the target's floor would run main and std's start-up"
+                    .to_string(),
+                addr: "-".to_string(),
+            },
+        );
     }
     let mut v: Vec<Violation> = violations.into_values().collect();
     // Guard-path first: those are the ones that can fault before the check.
@@ -439,6 +549,7 @@ Disassembly of section .text:
     fn x86_baselines(guard: &[&str]) -> Baselines {
         Baselines {
             target: vec!["sse2".into()],
+            floor: vec!["sse2".into()],
             row: vec!["sse2".into()],
             guard: guard.iter().map(|s| s.to_string()).collect(),
         }
@@ -554,6 +665,7 @@ Disassembly of section .text:
         assert_eq!(f[1].insns.len(), 1);
         let b = Baselines {
             target: vec![],
+            floor: vec![],
             row: vec!["neon".into()],
             guard: vec!["neon".into()],
         };
@@ -572,6 +684,7 @@ Disassembly of section .text:
 ";
         let b = Baselines {
             target: vec!["asimd".into()],
+            floor: vec!["asimd".into()],
             row: vec!["asimd".into()],
             guard: vec![],
         };
@@ -598,9 +711,59 @@ Disassembly of section .text:
     fn armv7_neon_row() -> Baselines {
         Baselines {
             target: vec!["vfpd32".into()],
+            floor: vec!["vfpd32".into()],
             row: vec!["vfpd32".into(), "neon".into()],
             guard: vec!["neon".into()],
         }
+    }
+
+    fn i686_fn(name: &str, insns: &[&str]) -> Function {
+        Function {
+            name: name.into(),
+            insns: insns
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Insn {
+                    addr: i as u64 * 4,
+                    bytes: String::new(),
+                    text: t.to_string(),
+                })
+                .collect(),
+        }
+    }
+
+    /// i686: Rust assumes SSE2 everywhere, so `main` may use it; the
+    /// pre-main check and the C start-up code may not, and a binary
+    /// without the check fails.
+    #[test]
+    fn i686_start_up_and_pre_main_check_stay_below_sse2() {
+        let b = Baselines::for_row(Arch::X86, &[], vec![]);
+        assert_eq!(b.floor, Vec::<String>::new());
+        let main = i686_fn("main", &["push ebp", "movq xmm0,QWORD PTR [esi+0x1c54]"]);
+        let check = i686_fn(
+            "legacy_ml::core::isa::early::sse2_check",
+            &["push ebx", "cpuid", "call 8049000 <write>"],
+        );
+        let start = i686_fn("__libc_start_main_impl", &["push ebp", "cmovne eax,edx"]);
+        let with = audit(Arch::X86, &[main.clone(), check.clone(), start.clone()], &b);
+        assert!(with.ok, "{}", with.summary());
+        assert!(with.summary().contains("bare ISA"), "{}", with.summary());
+        let without = audit(Arch::X86, &[main.clone(), start.clone()], &b);
+        assert!(!without.ok, "an i686 binary without the pre-main check must fail");
+        assert!(
+            without.summary().contains("legacy_ml::core::isa::early"),
+            "{}",
+            without.summary()
+        );
+        let dirty_check = i686_fn(
+            "legacy_ml::core::isa::early::sse2_check",
+            &["cpuid", "movq QWORD PTR [esp],xmm0"],
+        );
+        let bad = audit(Arch::X86, &[main.clone(), dirty_check, start], &b);
+        assert!(!bad.ok && bad.summary().contains("sse2_check"), "{}", bad.summary());
+        let dirty_start = i686_fn("update_active.constprop.0", &["xorps xmm0,xmm0"]);
+        let bad = audit(Arch::X86, &[main, check, dirty_start], &b);
+        assert!(!bad.ok && bad.summary().contains("update_active"), "{}", bad.summary());
     }
 
     #[test]

@@ -281,7 +281,7 @@ impl Matrix {
                 if !follow {
                     continue;
                 }
-                let want = if isa::missing(needs, &host.features).is_empty() {
+                let want = if isa::missing(&needs, &host.features).is_empty() {
                     Expect::Pass
                 } else {
                     Expect::Reject
@@ -478,7 +478,7 @@ fn row_errors(row: &Row, targets: &BTreeMap<String, TargetSpec>, host: &Host) ->
                 }
             },
         };
-        let missing = isa::missing(needs, &have);
+        let missing = isa::missing(&needs, &have);
         let what = if c == "native" { "this host" } else { c.as_str() };
         match cell.expect {
             Expect::Pass if !missing.is_empty() => errs.push(format!(

@@ -13,7 +13,12 @@ use serde::Serialize;
 /// An instruction-set extension beyond the architecture's floor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Ext {
-    // x86
+    // x86. MMX, SSE and SSE2 are part of every x86-64 CPU and of Rust's
+    // i686 floor; they matter where code must run below that floor (the
+    // start-up path and the pre-main check of 32-bit builds).
+    Mmx,
+    Sse,
+    Sse2,
     Sse3,
     Ssse3,
     Sse41,
@@ -64,6 +69,9 @@ impl Ext {
     pub fn feature(self) -> &'static str {
         use Ext::*;
         match self {
+            Mmx => "mmx",
+            Sse => "sse",
+            Sse2 => "sse2",
             Sse3 => "sse3",
             Ssse3 => "ssse3",
             Sse41 => "sse4_1",
@@ -111,6 +119,8 @@ impl Ext {
 /// Features that come with another one on every CPU (and that LLVM lets a
 /// `#[target_feature]` function use once the other is enabled).
 const IMPLIES: &[(&str, &[&str])] = &[
+    ("sse2", &["sse", "mmx"]),
+    ("sse", &["mmx"]),
     ("sse3", &["sse2"]),
     ("ssse3", &["sse3"]),
     ("sse4_1", &["ssse3"]),
@@ -771,6 +781,98 @@ fn x86(insn: &str, bytes: &str, long_mode: bool) -> Vec<Ext> {
             out.push(*ext);
         }
     }
+    // Every x86-64 CPU has MMX, SSE and SSE2: only 32-bit code is asked.
+    if !long_mode && enc == Encoding::Legacy && !vex_pseudo {
+        out.extend(x86_below_sse3(mnemonic, &ops));
+    }
+    out
+}
+
+/// SSE instructions without a vector register operand.
+const X86_SSE_NO_XMM: &[&str] = &[
+    "ldmxcsr",
+    "stmxcsr",
+    "sfence",
+    "prefetchnta",
+    "prefetcht0",
+    "prefetcht1",
+    "prefetcht2",
+    "movntq",
+    "maskmovq",
+];
+const X86_SSE2_NO_XMM: &[&str] = &["lfence", "mfence", "clflush", "movnti"];
+/// SSE (1) instructions on xmm registers; every other legacy-encoded xmm
+/// instruction is taken to need SSE2 or later.
+const X86_SSE1_XMM: &[&str] = &[
+    "movaps",
+    "movups",
+    "movss",
+    "movhps",
+    "movlps",
+    "movhlps",
+    "movlhps",
+    "movmskps",
+    "movntps",
+    "addps",
+    "addss",
+    "subps",
+    "subss",
+    "mulps",
+    "mulss",
+    "divps",
+    "divss",
+    "sqrtps",
+    "sqrtss",
+    "rcpps",
+    "rcpss",
+    "rsqrtps",
+    "rsqrtss",
+    "maxps",
+    "maxss",
+    "minps",
+    "minss",
+    "andps",
+    "andnps",
+    "orps",
+    "xorps",
+    "cmpps",
+    "cmpss",
+    "comiss",
+    "ucomiss",
+    "shufps",
+    "unpckhps",
+    "unpcklps",
+    "cvtsi2ss",
+    "cvtss2si",
+    "cvttss2si",
+    "cvtpi2ps",
+    "cvtps2pi",
+    "cvttps2pi",
+];
+
+/// What a legacy-encoded instruction needs of MMX, SSE and SSE2, which the
+/// later extensions' tables take for granted: any use of an mm or xmm
+/// register, and the few SSE/SSE2 instructions that have none.
+fn x86_below_sse3(mnemonic: &str, ops: &str) -> Vec<Ext> {
+    let xmm = has_reg(ops, |t| t.strip_prefix("xmm").and_then(is_num).is_some());
+    let mm = has_reg(ops, |t| t.strip_prefix("mm").and_then(is_num).is_some());
+    let mut out = Vec::new();
+    if xmm {
+        out.push(if X86_SSE1_XMM.contains(&mnemonic) {
+            Ext::Sse
+        } else {
+            Ext::Sse2
+        });
+    }
+    if mm || mnemonic == "emms" {
+        out.push(Ext::Mmx);
+    }
+    if X86_SSE_NO_XMM.contains(&mnemonic) {
+        out.push(Ext::Sse);
+    }
+    if X86_SSE2_NO_XMM.contains(&mnemonic) {
+        out.push(Ext::Sse2);
+    }
     out
 }
 
@@ -950,6 +1052,37 @@ mod tests {
         ] {
             assert_eq!(x(i), vec![], "{i}");
         }
+    }
+
+    #[test]
+    fn i686_code_is_asked_for_mmx_sse_and_sse2() {
+        let x32 = |i: &str| classify(Arch::X86, i, "");
+        for i in [
+            "mov    eax,DWORD PTR [esp+0x8]",
+            "cpuid",
+            "cmovne eax,edx",
+            "fld    QWORD PTR [esp]",
+            "rep stos DWORD PTR es:[edi],eax",
+            "pause",
+        ] {
+            assert_eq!(x32(i), vec![], "{i}");
+        }
+        assert_eq!(x32("movq   xmm0,QWORD PTR [esi+0x1c54]"), vec![Sse2]);
+        assert_eq!(x32("paddd  xmm0,xmm1"), vec![Sse2]);
+        assert_eq!(x32("movsd  xmm0,QWORD PTR [eax]"), vec![Sse2]);
+        assert_eq!(x32("xorps  xmm0,xmm0"), vec![Sse]);
+        assert_eq!(x32("movups XMMWORD PTR [eax],xmm0"), vec![Sse]);
+        assert_eq!(x32("ldmxcsr DWORD PTR [esp]"), vec![Sse]);
+        assert_eq!(x32("mfence"), vec![Sse2]);
+        assert_eq!(x32("paddb  mm0,mm1"), vec![Mmx]);
+        assert_eq!(x32("emms"), vec![Mmx]);
+        assert_eq!(x32("pshufb xmm0,xmm1"), vec![Sse2, Ssse3]);
+        // VEX forms need AVX, which implies the rest.
+        assert_eq!(classify(Arch::X86, "vpaddd xmm0,xmm1,xmm2", "c5 f1 fe c2"), vec![Avx]);
+        // The same instructions in 64-bit code are baseline.
+        assert_eq!(x("movq   xmm0,QWORD PTR [rsi+0x1c54]"), vec![]);
+        let c = closure(&["sse2".to_string()]);
+        assert!(c.iter().any(|f| f == "sse") && c.iter().any(|f| f == "mmx"), "{c:?}");
     }
 
     #[test]

@@ -86,12 +86,29 @@ pub struct Tier {
 }
 
 impl Tier {
-    pub fn needs(&self, arch: Arch) -> &'static [&'static str] {
-        match arch {
+    /// What a CPU needs to run this tier's build for `arch`: the tier's own
+    /// features and those the Rust target assumes of every CPU
+    /// (`target_needs`).
+    pub fn needs(&self, arch: Arch) -> Vec<&'static str> {
+        let own = match arch {
             Arch::X86_64 | Arch::X86 => self.needs_x86,
             Arch::Aarch64 => self.needs_aarch64,
             Arch::Arm => self.needs_arm,
-        }
+        };
+        let mut all = target_needs(arch).to_vec();
+        all.extend(own.iter().filter(|f| !all.contains(f)).collect::<Vec<_>>());
+        all
+    }
+}
+
+/// Features every build for `arch` needs, whatever its tier, that some CPU
+/// the matrix runs lacks: Rust's i686 targets use SSE2 in all code, and
+/// the Pentium II and III have none (their builds exit 7 from a pre-main
+/// check, `legacy_ml::core::isa::early`).
+pub fn target_needs(arch: Arch) -> &'static [&'static str] {
+    match arch {
+        Arch::X86 => &["sse2"],
+        _ => &[],
     }
 }
 
@@ -210,6 +227,18 @@ pub const CPU_MODELS: &[CpuModel] = &[
         model: "qemu32",
         features: SSE3,
         note: "32-bit default model (qemu-i386 only)",
+    },
+    CpuModel {
+        arch: Arch::X86,
+        model: "pentium2",
+        features: &[],
+        note: "Pentium II: MMX, no SSE (below Rust's i686 floor)",
+    },
+    CpuModel {
+        arch: Arch::X86,
+        model: "pentium3",
+        features: &["sse"],
+        note: "Pentium III: SSE, no SSE2 (below Rust's i686 floor)",
     },
     CpuModel {
         arch: Arch::X86_64,
@@ -392,7 +421,10 @@ pub fn qemu_cpu_arg(arch: Arch, model: &str) -> String {
         return model.to_string();
     }
     let mut off: Vec<&str> = Vec::new();
-    if arch == Arch::X86 && !matches!(model, "qemu32" | "max") {
+    // Only the x86-64 models carry syscall and lm; the 32-bit ones
+    // (qemu32, pentium2, pentium3) and max need nothing turned off.
+    let x86_64_model = CPU_MODELS.iter().any(|c| c.arch == Arch::X86_64 && c.model == model);
+    if arch == Arch::X86 && x86_64_model && model != "max" {
         off.push("-syscall,-lm");
     }
     if let Some((_, o)) = TCG_UNSUPPORTED.iter().find(|(m, _)| *m == model) {
@@ -482,14 +514,30 @@ mod tests {
             "Haswell,-pcid,-x2apic,-tsc-deadline,-hle,-invpcid,-rtm"
         );
         assert_eq!(qemu_cpu_arg(Arch::X86, "qemu32"), "qemu32");
+        assert_eq!(qemu_cpu_arg(Arch::X86, "pentium2"), "pentium2");
         assert_eq!(qemu_cpu_arg(Arch::Aarch64, "max,sve=off"), "max,sve=off");
+    }
+
+    #[test]
+    fn every_i686_build_needs_sse2() {
+        for t in TIERS.iter().filter(|t| t.arches.contains(&Arch::X86)) {
+            assert!(t.needs(Arch::X86).contains(&"sse2"), "{}", t.name);
+        }
+        assert!(tier("scalar").unwrap().needs(Arch::X86_64).is_empty());
+        assert_eq!(tier("sse41").unwrap().needs(Arch::X86), ["sse2", "ssse3", "sse4_1"]);
     }
 
     #[test]
     fn every_tier_has_needs_on_its_arches() {
         for t in TIERS {
             for &a in t.arches {
-                assert_eq!(t.needs(a).is_empty(), t.name == "scalar", "{} on {:?}", t.name, a);
+                let own = match a.family() {
+                    Family::X86 => t.needs_x86,
+                    Family::Arm if a == Arch::Aarch64 => t.needs_aarch64,
+                    Family::Arm => t.needs_arm,
+                };
+                assert_eq!(own.is_empty(), t.name == "scalar", "{} on {:?}", t.name, a);
+                assert!(own.iter().all(|f| t.needs(a).contains(f)), "{} on {:?}", t.name, a);
             }
         }
     }

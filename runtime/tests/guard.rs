@@ -47,6 +47,29 @@ fn armv7_early_check_says_what_check_says() {
     f(); // NEON present (the guard passed): returns.
 }
 
+/// 32-bit x86: the `.init_array` check refuses CPUs without SSE2 (the
+/// Pentium III and older) with the guard's exit code and a message in the
+/// guard's shape naming sse2, and lets this CPU through. The matrix's
+/// pentium2/pentium3 cells run it for real.
+#[cfg(all(target_arch = "x86", target_os = "linux"))]
+#[test]
+fn i686_early_check_names_sse2() {
+    use isa::early;
+    isa::guard();
+    assert_eq!(early::EXIT_CODE, legacy_ml::ErrorKind::Isa.exit_code());
+    for (has, msg) in [("sse", early::MESSAGE_SSE), ("", early::MESSAGE_NONE)] {
+        assert!(msg.starts_with("error: this build needs "), "{msg}");
+        assert!(
+            msg.ends_with(&format!("; missing: sse2; this CPU has: {has}\n")),
+            "{msg}"
+        );
+    }
+    assert!(isa::host_features().contains(&"sse2"));
+    // The constructor is the one the linker kept in this binary.
+    let f: extern "C" fn() = early::SSE2_CHECK;
+    f(); // SSE2 present (the guard passed): returns.
+}
+
 #[cfg(feature = "cli")]
 #[test]
 fn a_cpu_without_the_tier_is_refused_with_exit_7() {

@@ -1,12 +1,45 @@
 //! With feature `threads`: logits are bit-identical for any thread count,
-//! and a decode step still allocates nothing.
-#![cfg(feature = "threads")]
+//! and a decode step still allocates nothing. Without it, every request
+//! runs on one thread.
+//!
+//! The file is compiled either way (per-item cfg, not a crate-level one): an
+//! empty test binary would not link the library, and with it the pre-main
+//! CPU check of i686 builds, and would die of SIGILL on a Pentium III
+//! instead of being refused.
 
+#[cfg(feature = "threads")]
 use legacy_ml::core::tensor::WType;
 use legacy_ml::model::gen::GenConfig;
 use legacy_ml::model::transformer::Transformer;
 use legacy_ml::model::Model;
 
+#[cfg(not(feature = "threads"))]
+#[test]
+fn without_the_feature_every_transformer_runs_on_one_thread() {
+    legacy_ml::core::isa::guard();
+    let bytes = GenConfig {
+        dim: 64,
+        n_layers: 1,
+        n_heads: 4,
+        n_kv_heads: 2,
+        hidden_dim: 96,
+        vocab: 32,
+        max_seq: 8,
+        ..GenConfig::default()
+    }
+    .to_bytes()
+    .unwrap();
+    let model = Model::from_bytes(&bytes).unwrap();
+    for asked in [1, 2, 8] {
+        assert_eq!(
+            Transformer::with_threads(&model, asked).unwrap().threads(),
+            1,
+            "{asked}"
+        );
+    }
+}
+
+#[cfg(feature = "threads")]
 fn logits_bits(model: &Model, threads: usize, tokens: &[u32]) -> Vec<Vec<u32>> {
     let mut tf = Transformer::with_threads(model, threads).unwrap();
     assert_eq!(tf.threads(), threads);
@@ -17,6 +50,7 @@ fn logits_bits(model: &Model, threads: usize, tokens: &[u32]) -> Vec<Vec<u32>> {
         .collect()
 }
 
+#[cfg(feature = "threads")]
 #[test]
 fn thread_counts_give_bit_identical_logits() {
     legacy_ml::core::isa::guard();

@@ -17,22 +17,13 @@ pub fn run(binary: &Path, target: &str, guard: &[String], rustflags: &[String], 
         .get(target)
         .map(|t| t.objdump.clone())
         .unwrap_or_else(|| "objdump".into());
-    let target_base = audit::target_baseline(arch);
-    let mut row = target_base.clone();
-    for f in crate::config::rustflag_target_features(rustflags) {
-        row.push(audit::rust_feature_to_guard(arch, &f));
-    }
     let sh = Shell::new()?;
     let r = audit::audit_binary(
         &sh,
         &objdump,
         arch,
         binary,
-        &Baselines {
-            target: target_base,
-            row,
-            guard: guard.to_vec(),
-        },
+        &Baselines::for_row(arch, rustflags, guard.to_vec()),
     )?;
     println!("{}", r.summary());
     for e in &r.exceptions {

@@ -120,17 +120,19 @@ pub fn run(builder: BuilderKind, probe_cpus: bool) -> Result<()> {
                     sysroot,
                 };
                 let seen = match r.run(&sh, &ml, &["isa".to_string()], &[], 60) {
-                    Ok(o) => o
-                        .stdout
-                        .lines()
-                        .find_map(|l| l.strip_prefix("host features:"))
-                        .map(|v| {
-                            v.split_whitespace()
-                                .filter(|f| *f != "(none)")
-                                .map(String::from)
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default(),
+                    Ok(o) => match o.stdout.lines().find_map(|l| l.strip_prefix("host features:")) {
+                        Some(v) => v
+                            .split_whitespace()
+                            .filter(|f| *f != "(none)")
+                            .map(String::from)
+                            .collect::<Vec<_>>(),
+                        // Below the target's floor (i686 on a Pentium II/III)
+                        // the pre-main check refuses even `ml isa` and says
+                        // what the CPU has.
+                        None => crate::outcome::parse_guard(&o.stderr)
+                            .map(|g| g.has)
+                            .unwrap_or_default(),
+                    },
                     Err(_) => vec![],
                 };
                 let want: Vec<String> = model.features.iter().map(|s| s.to_string()).collect();

@@ -770,11 +770,6 @@ fn run_row(sh: &Shell, ctx: &Ctx, row: &Row) -> RowReport {
     p.step(&row.name, &format!("audit ({} -d)", spec.objdump));
     let t = Instant::now();
     let arch = row.arch();
-    let target_base = audit::target_baseline(arch);
-    let mut row_base = target_base.clone();
-    for f in crate::config::rustflag_target_features(&row.rustflags) {
-        row_base.push(audit::rust_feature_to_guard(arch, &f));
-    }
     let guard = if r.guard_needs.is_empty() && tier.name != "scalar" {
         tier.needs(arch).iter().map(|s| s.to_string()).collect()
     } else {
@@ -785,11 +780,7 @@ fn run_row(sh: &Shell, ctx: &Ctx, row: &Row) -> RowReport {
         &spec.objdump,
         arch,
         &ml,
-        &Baselines {
-            target: target_base,
-            row: row_base,
-            guard,
-        },
+        &Baselines::for_row(arch, &row.rustflags, guard),
     ) {
         Ok(a) => {
             r.audit_step = if a.ok {
@@ -947,7 +938,7 @@ fn run_cell(
             .unwrap_or_default(),
         Place::Nowhere(_) => vec![],
     };
-    let expected_missing = isa::missing(row.tier().needs(arch), &have);
+    let expected_missing = isa::missing(&row.tier().needs(arch), &have);
 
     let first_model = ctx
         .golds
