@@ -8,6 +8,7 @@ pub mod builder;
 pub mod commands;
 pub mod config;
 pub mod golden;
+pub mod icount;
 pub mod insn;
 pub mod isa;
 pub mod outcome;

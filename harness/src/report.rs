@@ -184,6 +184,10 @@ pub struct CellReport {
     pub e2e: Vec<E2e>,
     pub guard: Option<GuardMessage>,
     pub seconds: f64,
+    /// Guest instructions per decoded token, per golden model (pass cells
+    /// under qemu; `harness::icount`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub icount: Vec<crate::icount::TokenCost>,
 }
 
 impl CellReport {
@@ -450,6 +454,7 @@ pub fn markdown(r: &Report) -> String {
         }
         s.push('\n');
     }
+    s.push_str(&crate::icount::markdown(&r.rows));
     let _ = writeln!(s, "## Benchmarks\n");
     if r.bench.available && !r.bench.results.is_empty() {
         let _ = writeln!(s, "{}\n", r.bench.note);
@@ -596,6 +601,7 @@ th,td{{border:1px solid #bbb;padding:4px 8px;font-size:13px;vertical-align:top}}
         }
         let _ = writeln!(s, "</table>");
     }
+    s.push_str(&crate::icount::html(&r.rows));
     let _ = writeln!(s, "<h2>Throughput per tier</h2>");
     s.push_str(&bench_chart(&r.bench));
     let _ = writeln!(s, "<h2>Rows</h2><table><tr><th>row</th><th>status</th><th>build</th><th>target features (rustc --print cfg)</th><th>guard checks</th><th>audit</th></tr>");
@@ -698,6 +704,7 @@ mod tests {
             e2e: vec![],
             guard: None,
             seconds: 0.0,
+            icount: vec![],
         }
     }
 

@@ -7,6 +7,7 @@ use crate::audit::{self, Baselines};
 use crate::builder::{self, BuilderKind, RowBuild, TestExe};
 use crate::config::{Expect, Host, Matrix, Place, Row};
 use crate::golden::{self, Logits};
+use crate::icount;
 use crate::isa::{self, Arch};
 use crate::outcome::{self, RunOutput};
 use crate::progress::Progress;
@@ -80,6 +81,8 @@ struct Ctx<'a> {
     runtime_features: Vec<String>,
     golds: Vec<Gold>,
     gold_error: Option<String>,
+    /// The instruction-counting qemu plugin, or why there is none.
+    icount_plugin: std::result::Result<PathBuf, String>,
     progress: &'a Progress,
 }
 
@@ -225,8 +228,13 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
         runtime_features: runtime_features(&root)?,
         golds: Vec::new(),
         gold_error: None,
+        icount_plugin: Err("not built".into()),
         progress: &progress,
     };
+    ctx.icount_plugin = icount::build_plugin(&sh, &root, &root.join("target/matrix/_icount")).map_err(|e| {
+        progress.done("icount", "plugin", 0.0, &format!("not built: {e:#}"));
+        format!("{e:#}")
+    });
     match prepare_golden(&sh, &ctx) {
         Ok(g) => ctx.golds = g,
         Err(e) => {
@@ -289,6 +297,19 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
             ),
         );
         rows.push(r);
+    }
+
+    // Each tier must cost fewer instructions per token than the one below.
+    for b in icount::ordering(&rows) {
+        progress.done(&b.row, "instruction order", 0.0, &format!("FAILED: {}", b.message));
+        if let Some(r) = rows.iter_mut().find(|r| r.name == b.row) {
+            r.status = RowStatus::Failed;
+            r.note = if r.note.is_empty() {
+                b.message
+            } else {
+                format!("{}; {}", r.note, b.message)
+            };
+        }
     }
 
     let ok = rows.iter().all(|r| match r.status {
@@ -621,6 +642,7 @@ fn cell_report(row: &Row, c: &crate::config::Cell, result: CellResult, reason: &
         e2e: vec![],
         guard: None,
         seconds: 0.0,
+        icount: vec![],
     }
 }
 
@@ -1112,6 +1134,24 @@ fn run_cell(
         }
     }
 
+    // Instructions per decoded token, on pass cells under qemu.
+    if cell.expect == Expect::Pass
+        && failures.is_empty()
+        && matches!(runner, Runner::Qemu { .. })
+        && ctx.kind != BuilderKind::Cross
+    {
+        match count_instructions(ctx, row, &runner, ml, &label) {
+            Ok(costs) => {
+                let repeat_broke = costs.iter().any(|c| c.repeated_exactly == Some(false));
+                if repeat_broke {
+                    failures.push("instruction count: two identical runs counted differently".into());
+                }
+                rep.icount = costs;
+            }
+            Err(e) => failures.push(format!("instruction count: {e:#}")),
+        }
+    }
+
     rep.seconds = t.elapsed().as_secs_f64();
     if failures.is_empty() {
         rep.result = if cell.expect == Expect::Reject {
@@ -1125,6 +1165,46 @@ fn run_cell(
     }
     p.done(&row.name, &step, rep.seconds, &rep.grid());
     rep
+}
+
+/// Instructions per decoded token of the random-weight golden models
+/// (`ml gen` ones: Q8_0 and Q4_0) on one qemu cell, by the difference of a
+/// short and a long greedy run on one thread; the first model's short run
+/// is repeated, and must count exactly the same.
+fn count_instructions(ctx: &Ctx, row: &Row, runner: &Runner, ml: &Path, label: &str) -> Result<Vec<icount::TokenCost>> {
+    let plugin = ctx
+        .icount_plugin
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("no plugin: {e}"))?;
+    let dir = builder::target_dir(ctx.root, &row.name).join("icount");
+    std::fs::create_dir_all(&dir)?;
+    let safe_label: String = label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let mut costs = Vec::new();
+    for (i, g) in ctx.golds.iter().filter(|g| g.logits.model.is_none()).enumerate() {
+        let out = |n: u32, k: &str| dir.join(format!("{safe_label}-{}-{n}{k}.txt", g.name));
+        let count = |n: u32, k: &str| {
+            icount::run_counted(
+                runner,
+                plugin,
+                ml,
+                &icount::run_args(&g.model, n),
+                &out(n, k),
+                ctx.timeout(),
+            )
+            .map(|(c, _)| c)
+        };
+        let short = count(icount::SHORT_RUN, "")?;
+        let long = count(icount::LONG_RUN, "")?;
+        let mut cost = icount::token_cost(&g.name, &short, &long);
+        if i == 0 {
+            cost.repeated_exactly = Some(count(icount::SHORT_RUN, "-again")?.total == short.total);
+        }
+        costs.push(cost);
+    }
+    Ok(costs)
 }
 
 fn test_run_pass(name: &str, o: &RunOutput) -> TestRun {
