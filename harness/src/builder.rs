@@ -156,7 +156,11 @@ impl RowBuild<'_> {
                 tail(&String::from_utf8_lossy(&out.stderr), 12)
             );
         }
-        let ml = self.target_dir().join(&self.row.target).join("release/ml");
+        let ml = self
+            .target_dir()
+            .join(&self.row.target)
+            .join("release")
+            .join(exe_name("ml", &self.row.target));
         if !ml.exists() {
             bail!("{prog} build succeeded but {} is missing", ml.display());
         }
@@ -297,6 +301,15 @@ fn dir_bytes(dir: &Path) -> u64 {
             _ => 0,
         })
         .sum()
+}
+
+/// A binary's file name on `triple`: `ml.exe` on Windows.
+pub fn exe_name(name: &str, triple: &str) -> String {
+    if crate::config::is_windows_triple(triple) {
+        format!("{name}.exe")
+    } else {
+        name.to_string()
+    }
 }
 
 pub fn target_dir(root: &Path, row: &str) -> PathBuf {
