@@ -1,7 +1,10 @@
 //! Windows rows on a Linux host: their PE binaries run under Wine, on the
 //! host's CPU. One Wine prefix serves every Windows row
-//! (`target/matrix/_wine/prefix`); creating it takes seconds, each run
-//! after that a fraction of one.
+//! (`target/matrix/_wine/prefix`); creating it takes seconds. Its
+//! wineserver and Wine's services run for the whole matrix, started here in
+//! a process group of their own: a run's process group is killed when the
+//! run ends (`runner.rs`), and services started by a run would die with it
+//! and boot again in the next one (seconds per test binary).
 //!
 //! Wine 8 (Debian 12) has no `bcryptprimitives.dll`, whose `ProcessPrng`
 //! Rust's std imports, so no Rust program starts under it (exit 53,
@@ -44,6 +47,45 @@ fn is_wines_own(dll: &[u8]) -> bool {
         .any(|sig| head.windows(sig.len()).any(|w| w == *sig))
 }
 
+/// The wineserver of the loader's installation (Debian: wineserver64 beside
+/// /usr/lib/wine/wine64).
+fn server_bin(wine: &str) -> PathBuf {
+    let dir = Path::new(wine).parent().unwrap_or(Path::new(""));
+    ["wineserver64", "wineserver"]
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("wineserver"))
+}
+
+/// Starts the prefix's wineserver, persistent (until `stop`), in a process
+/// group of its own.
+fn start_server(wine: &str, prefix: &Path) -> Result<()> {
+    let mut c = std::process::Command::new(server_bin(wine));
+    c.arg("-p")
+        .envs(env(prefix))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut c, 0);
+    // It forks into the background; a server already running for the
+    // prefix makes it exit non-zero, which is fine.
+    c.status().context("start wineserver -p")?;
+    Ok(())
+}
+
+/// Stops the prefix's wineserver and every Wine process of the prefix.
+pub fn stop(wine: &str, prefix: &Path) {
+    let _ = std::process::Command::new(server_bin(wine))
+        .arg("-k")
+        .envs(env(prefix))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
 /// The prepared prefix.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -69,15 +111,21 @@ pub fn prepare(sh: &Shell, root: &Path, wine: &str) -> Result<Prepared> {
         .ignore_stderr()
         .read()
         .unwrap_or_else(|_| "unknown version".into());
+    let fresh = !prefix.join("system.reg").exists();
+    start_server(wine, &prefix)?;
+    // Creates the prefix, or starts Wine's services in an existing one.
+    let boot: &[&str] = if fresh { &["-i"] } else { &[] };
+    let mut c = cmd!(sh, "{wine} wineboot {boot...}")
+        .quiet()
+        .ignore_stdout()
+        .ignore_stderr();
+    for (k, v) in env(&prefix) {
+        c = c.env(k, v);
+    }
+    c.run()
+        .context("wineboot (create the Wine prefix, start its services)")?;
     if !prefix.join("system.reg").exists() {
-        let mut c = cmd!(sh, "{wine} wineboot -i").quiet().ignore_stdout().ignore_stderr();
-        for (k, v) in env(&prefix) {
-            c = c.env(k, v);
-        }
-        c.run().context("create the Wine prefix (wineboot -i)")?;
-        if !prefix.join("system.reg").exists() {
-            bail!("wineboot -i left no prefix at {}", prefix.display());
-        }
+        bail!("wineboot -i left no prefix at {}", prefix.display());
     }
     let installed = prefix.join("drive_c/windows/system32").join(STANDIN_DLL);
     if std::fs::read(&installed).is_ok_and(|b| is_wines_own(&b)) {

@@ -324,6 +324,15 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
         rows.push(r);
     }
 
+    // No Wine process outlives the matrix.
+    if let Some(Ok(w)) = &ctx.wine {
+        let bin = selected
+            .iter()
+            .find_map(|r| matrix.target.get(&r.target).and_then(|t| t.wine.clone()))
+            .unwrap_or_default();
+        wine::stop(&bin, &w.prefix);
+    }
+
     let ok = rows.iter().all(|r| match r.status {
         RowStatus::Ok | RowStatus::CompileOnly => true,
         RowStatus::Unavailable => args.allow_unavailable,
