@@ -801,6 +801,37 @@ cpus = [{ cpu = "cortex-a7", expect = "pass" }]
     }
 
     #[test]
+    fn windows_rows_run_native_cells_only_and_their_target_names_wine() {
+        let win = r#"
+[target.x86_64-pc-windows-gnu]
+linker = "x86_64-w64-mingw32-gcc"
+wine = "/usr/lib/wine/wine64"
+objdump = "x86_64-w64-mingw32-objdump"
+"#;
+        let m = parse(&format!(
+            "{win}\n[[row]]\nname = \"w\"\ntier = \"avx512vnni\"\ntarget = \"x86_64-pc-windows-gnu\"\ncpus = [{{ cpu = \"native\", expect = \"host\" }}]\n"
+        ))
+        .unwrap();
+        let row = &m.rows[0];
+        assert!(row.is_windows());
+        assert!(!m.row("w").unwrap().cargo_features().is_empty());
+        // The CPU under Wine is the host's: this Zen 4 runs the tier.
+        assert_eq!(row.cpus[0].expect, Expect::Pass);
+        assert_eq!(m.target["x86_64-pc-windows-gnu"].qemu, "");
+        // qemu-user cannot run a PE binary.
+        let e = err(&format!(
+            "{win}\n[[row]]\nname = \"w\"\ntier = \"sse2\"\ntarget = \"x86_64-pc-windows-gnu\"\ncpus = [{{ cpu = \"Haswell\", expect = \"pass\" }}]\n"
+        ));
+        assert!(e.contains("cpu `Haswell`: a Windows row runs only `native`"), "{e}");
+        // A target table needs a way to run its binaries.
+        let e = err(&format!(
+            "{}\n[[row]]\nname = \"w\"\ntier = \"sse2\"\ntarget = \"x86_64-pc-windows-gnu\"\ncpus = [{{ cpu = \"native\", expect = \"pass\" }}]\n",
+            win.replace("wine = \"/usr/lib/wine/wine64\"\n", "")
+        ));
+        assert!(e.contains("qemu (or wine) and objdump must be named"), "{e}");
+    }
+
+    #[test]
     fn a_static_i686_row_runs_natively_on_x86_64() {
         let m = parse(
             r#"
