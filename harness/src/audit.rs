@@ -3,8 +3,12 @@
 //!
 //! Three rules, each failing with the offending symbol:
 //! 1. **guard path** — `main`, `ml::main`, `legacy_ml::core::isa::*`,
-//!    `std::rt::lang_start*` and the C start-up code use nothing beyond the
-//!    *target's* baseline (not even the row's global rustflags features);
+//!    `std::rt::lang_start*` and the C start-up code (glibc's on ELF,
+//!    mingw-w64's CRT on PE: `mainCRTStartup`, `__tmainCRTStartup`,
+//!    `__main`, `_pei386_runtime_relocator`, its TLS callbacks…) use
+//!    nothing beyond the *target's* baseline (not even the row's global
+//!    rustflags features); a binary in which neither start-up code nor
+//!    `main` can be found fails, since the rule would then prove nothing;
 //! 2. **outside kernels** — every other non-kernel function uses nothing
 //!    beyond the row's baseline (target baseline + the row's rustflags);
 //! 3. **kernels** — functions under `legacy_ml::kernels::<tier>::` (tier ≠
@@ -141,6 +145,61 @@ fn is_glibc_static_startup(symbol: &str) -> bool {
         .any(|s| symbol == *s || symbol.strip_prefix(s).is_some_and(|rest| rest.starts_with('.')))
 }
 
+/// mingw-w64's C start-up code in a PE binary (crtexe.c, pseudo-reloc.c,
+/// tlssup.c, gccmain.c, …): it runs before `main`, and its TLS callbacks
+/// before the entry point, so it must stay at the target baseline too.
+/// `.l_start`/`.l_end` (and the `w` pair) are labels inside the entry
+/// points that objdump prints as functions of their own.
+const PE_STARTUP: &[&str] = &[
+    "mainCRTStartup",
+    "WinMainCRTStartup",
+    "__tmainCRTStartup",
+    ".l_start",
+    ".l_end",
+    ".l_startw",
+    ".l_endw",
+    "pre_c_init",
+    "pre_cpp_init",
+    "__main",
+    "__do_global_ctors",
+    "__do_global_dtors",
+    "_pei386_runtime_relocator",
+    "mark_section_writable",
+    "__report_error",
+    "_setargv",
+    "_fpreset",
+    "_gnu_exception_handler",
+    "__mingw_invalidParameterHandler",
+    "__dyn_tls_init",
+    "__dyn_tls_dtor",
+    "__tlregdtor",
+    "__mingw_TLScallback",
+    "__mingwthr_run_key_dtors.part.0",
+    "___w64_mingwthr_add_key_dtor",
+    "___w64_mingwthr_remove_key_dtor",
+    "_ValidateImageBase",
+    "_FindPESection",
+    "_FindPESectionByName",
+    "_FindPESectionExec",
+    "_GetPEImageBase",
+    "_IsNonwritableInCurrentImage",
+    "__mingw_GetSectionForAddress",
+    "__mingw_GetSectionCount",
+    "__mingw_enum_import_library_names",
+    "__gcc_register_frame",
+    "__gcc_deregister_frame",
+    "register_frame_ctor",
+    "atexit",
+    "_matherr",
+    "__mingw_raise_matherr",
+    "__mingw_setusermatherr",
+    "___chkstk_ms",
+];
+
+/// The entry points, one of which every audited binary must show: ELF's
+/// `_start`, PE's (mingw-w64) `mainCRTStartup` or `WinMainCRTStartup`.
+const ENTRY_POINTS: &[&str] = &["_start", "mainCRTStartup", "WinMainCRTStartup"];
+
 /// The pre-main CPU check of builds with a crate-wide ISA flag.
 fn is_pre_main_guard(symbol: &str) -> bool {
     symbol
@@ -150,13 +209,15 @@ fn is_pre_main_guard(symbol: &str) -> bool {
 
 /// C start-up code: runs before any constructor, so always at the target baseline.
 fn is_c_startup(symbol: &str) -> bool {
-    (STARTUP.contains(&symbol) && symbol != "main" && symbol != "ml::main") || is_glibc_static_startup(symbol)
+    ((STARTUP.contains(&symbol) || PE_STARTUP.contains(&symbol)) && symbol != "main" && symbol != "ml::main")
+        || is_glibc_static_startup(symbol)
 }
 
 pub fn kind(symbol: &str) -> Kind {
     let s = symbol.trim_start_matches('<');
     if STARTUP.contains(&symbol)
         || is_glibc_static_startup(symbol)
+        || PE_STARTUP.contains(&symbol)
         || s.starts_with("legacy_ml::core::isa::")
         || s.starts_with("std::rt::lang_start")
         || s.starts_with("std::rt::init")
@@ -203,6 +264,16 @@ fn exception(symbol: &str, ext: Ext) -> Option<&'static str> {
             .any(|p| symbol.starts_with(p)) =>
         {
             Some("glibc's own CPU probing / lazy-binding trampoline, after CPUID")
+        }
+        // std's backtrace symbolizer (gimli, object) on PE links memchr,
+        // which picks its AVX2 searcher after its own CPUID check
+        // (is_x86_feature_detected!, std_detect).
+        Ext::Avx | Ext::Avx2
+            if symbol
+                .trim_start_matches('<')
+                .starts_with("memchr::arch::x86_64::avx2::") =>
+        {
+            Some("memchr's AVX2 searcher: memchr selects it at run time after CPUID (std_detect)")
         }
         Ext::Lse
             if symbol.starts_with("__aarch64_")
@@ -320,14 +391,15 @@ pub struct Baselines {
 impl Baselines {
     /// A row's baselines: the target's, plus the features of its rustflags,
     /// and what its guard checks.
-    pub fn for_row(arch: Arch, rustflags: &[String], guard: Vec<String>) -> Baselines {
-        let target = target_baseline(arch);
+    pub fn for_row(triple: &str, rustflags: &[String], guard: Vec<String>) -> Baselines {
+        let arch = Arch::from_triple(triple).unwrap_or(Arch::X86_64);
+        let target = target_baseline(triple);
         let mut row = target.clone();
         for f in crate::config::rustflag_target_features(rustflags) {
             row.push(rust_feature_to_guard(arch, &f));
         }
         Baselines {
-            floor: target_floor(arch),
+            floor: target_floor(triple),
             target,
             row,
             guard,
@@ -339,16 +411,26 @@ impl Baselines {
 /// target baseline, except on 32-bit x86, whose CPUs below Rust's floor
 /// (the Pentium II and III have no SSE2) are refused by a pre-main check
 /// that must itself run there.
-pub fn target_floor(arch: Arch) -> Vec<String> {
-    match arch {
-        Arch::X86 => Vec::new(),
-        _ => target_baseline(arch),
+pub fn target_floor(triple: &str) -> Vec<String> {
+    match Arch::from_triple(triple) {
+        Some(Arch::X86) => Vec::new(),
+        _ => target_baseline(triple),
     }
 }
 
 /// The target's own baseline features (guard names).
-pub fn target_baseline(arch: Arch) -> Vec<String> {
+pub fn target_baseline(triple: &str) -> Vec<String> {
+    let Some(arch) = Arch::from_triple(triple) else {
+        return vec![];
+    };
     match arch {
+        // Rust's x86-64 Windows targets require SSE3 and CMPXCHG16B (and
+        // LAHF/SAHF), Windows 10's floor (`rustc --print cfg --target
+        // x86_64-pc-windows-gnu` lists sse3 and cmpxchg16b): the compiler
+        // uses them anywhere, e.g. movshdup in the scalar quantizer.
+        Arch::X86_64 if crate::config::is_windows_triple(triple) => {
+            vec!["sse2".into(), "sse3".into(), "cx16".into()]
+        }
         Arch::X86_64 | Arch::X86 => vec!["sse2".into()],
         Arch::Aarch64 => vec!["asimd".into()],
         // Rust's armv7-unknown-linux-gnueabihf code uses d16-d31 (VFPv3-D32)
@@ -494,6 +576,26 @@ pub fn audit(arch: Arch, functions: &[Function], b: &Baselines) -> AuditResult {
     res
 }
 
+/// Rule 1 means something only if the guard path is in the dump: an entry
+/// point and `main`. Symbol naming that changed (another toolchain, another
+/// object format) would otherwise leave it empty and the audit clean.
+pub fn guard_path_missing(functions: &[Function]) -> Option<String> {
+    let has = |names: &[&str]| functions.iter().any(|f| names.contains(&f.name.as_str()));
+    let mut missing = Vec::new();
+    if !has(ENTRY_POINTS) {
+        missing.push(format!("no entry point ({})", ENTRY_POINTS.join(", ")));
+    }
+    if !has(&["main", "ml::main"]) {
+        missing.push("no `main`".to_string());
+    }
+    (!missing.is_empty()).then(|| {
+        format!(
+            "the disassembly has {}: the guard-path rule would check nothing",
+            missing.join(" and ")
+        )
+    })
+}
+
 /// Disassembles `binary` with `objdump` and audits it.
 pub fn audit_binary(sh: &Shell, objdump: &str, arch: Arch, binary: &Path, b: &Baselines) -> Result<AuditResult> {
     let mut args: Vec<&str> = vec!["-d", "-C", "--insn-width=16"];
@@ -517,7 +619,22 @@ pub fn audit_binary(sh: &Shell, objdump: &str, arch: Arch, binary: &Path, b: &Ba
     if functions.is_empty() {
         bail!("{objdump} printed no functions for {}", binary.display());
     }
-    Ok(audit(arch, &functions, b))
+    let mut res = audit(arch, &functions, b);
+    if let Some(why) = guard_path_missing(&functions) {
+        res.violations.insert(
+            0,
+            Violation {
+                rule: Kind::GuardPath,
+                symbol: "(start-up / main)".into(),
+                feature: "-".into(),
+                count: 0,
+                example: why,
+                addr: "-".into(),
+            },
+        );
+        res.ok = false;
+    }
+    Ok(res)
 }
 
 #[cfg(test)]
@@ -693,6 +810,151 @@ Disassembly of section .text:
         assert_eq!(r.exceptions.len(), 1);
     }
 
+    /// A mingw-w64 PE `ml.exe` as `x86_64-w64-mingw32-objdump -d -C -M
+    /// intel` prints it (abridged from the win-avx2 row's build).
+    const PE_DUMP: &str = "
+ml.exe:     file format pei-x86-64
+
+
+Disassembly of section .text:
+
+0000000140001010 <pre_c_init>:
+   140001010:\t48 83 ec 28          \tsub    rsp,0x28
+0000000140001180 <__tmainCRTStartup>:
+   140001180:\t41 54                \tpush   r12
+   1400012c4:\t41 0f 44 c8          \tcmove  ecx,r8d
+   1400013a9:\te8 32 fd 01 00       \tcall   1400210e0 <main>
+00000001400014d0 <mainCRTStartup>:
+   1400014d0:\t48 83 ec 28          \tsub    rsp,0x28
+00000001400014d4 <.l_start>:
+   1400014d4:\te8 a7 fc ff ff       \tcall   140001180 <__tmainCRTStartup>
+00000001400139e0 <ml::main>:
+   1400139e0:\t48 83 ec 08          \tsub    rsp,0x8
+   1400149b4:\te8 e7 79 09 00       \tcall   1400ac3a0 <legacy_ml::core::isa::guard>
+00000001400210e0 <main>:
+   1400210e0:\t48 83 ec 28          \tsub    rsp,0x28
+0000000140050000 <legacy_ml::kernels::avx2::matvec_q8>:
+   140050000:\tc5 fd fe c1          \tvpaddd ymm0,ymm0,ymm1
+000000014016c240 <_pei386_runtime_relocator>:
+   14016c240:\t55                   \tpush   rbp
+000000014016c300 <__main>:
+   14016c300:\t8b 05 00 00 00 00    \tmov    eax,DWORD PTR [rip+0x0]
+000000014016c400 <__mingw_TLScallback>:
+   14016c400:\t53                   \tpush   rbx
+";
+
+    #[test]
+    fn pe_start_up_code_is_on_the_guard_path() {
+        for s in [
+            "mainCRTStartup",
+            "WinMainCRTStartup",
+            "__tmainCRTStartup",
+            ".l_start",
+            "pre_c_init",
+            "__main",
+            "_pei386_runtime_relocator",
+            "__dyn_tls_init",
+            "__mingw_TLScallback",
+            "___chkstk_ms",
+        ] {
+            assert_eq!(kind(s), Kind::GuardPath, "{s}");
+            assert!(is_c_startup(s), "{s}");
+        }
+        // Windows API thunks and the CRT's library calls are ordinary code.
+        for s in ["CreateFileMappingW", "memcpy", "ProcessPrng", ".text"] {
+            assert_eq!(kind(s), Kind::Other, "{s}");
+        }
+        let f = parse_objdump(PE_DUMP);
+        assert_eq!(f.len(), 10);
+        assert_eq!(guard_path_missing(&f), None);
+        let r = audit(Arch::X86_64, &f, &x86_baselines(&["avx", "avx2", "fma"]));
+        assert!(r.ok, "{}", r.summary());
+        for s in ["mainCRTStartup", "__tmainCRTStartup", "main", "ml::main", "__main"] {
+            assert!(
+                r.guard_path_functions.iter().any(|g| g == s),
+                "{s}: {:?}",
+                r.guard_path_functions
+            );
+        }
+        assert_eq!(r.kernel_functions, ["legacy_ml::kernels::avx2::matvec_q8"]);
+    }
+
+    #[test]
+    fn isa_instructions_in_pe_start_up_code_fail() {
+        for (sym, insn) in [
+            ("__tmainCRTStartup", "\tpush   r12"),
+            ("_pei386_runtime_relocator", "\tpush   rbp"),
+            ("__mingw_TLScallback", "\tpush   rbx"),
+        ] {
+            let dump = PE_DUMP.replace(insn, "\tvmovdqu ymm0,YMMWORD PTR [rdi]");
+            let r = audit(
+                Arch::X86_64,
+                &parse_objdump(&dump),
+                &x86_baselines(&["avx", "avx2", "fma"]),
+            );
+            assert!(!r.ok, "{sym}");
+            assert_eq!(r.violations[0].rule, Kind::GuardPath, "{sym}");
+            assert_eq!(r.violations[0].symbol, sym);
+            assert_eq!(r.violations[0].feature, "avx");
+        }
+    }
+
+    #[test]
+    fn a_dump_without_entry_point_or_main_proves_nothing() {
+        let f = parse_objdump(PE_DUMP);
+        assert_eq!(guard_path_missing(&f), None);
+        assert_eq!(guard_path_missing(&parse_objdump(X86_DUMP)), None);
+        // Start-up code under names the tables do not know.
+        let renamed = PE_DUMP
+            .replace("<mainCRTStartup>", "<_mainCRTStartup_v2>")
+            .replace("<main>:", "<_main_v2>:")
+            .replace("<ml::main>:", "<ml::entry>:");
+        let why = guard_path_missing(&parse_objdump(&renamed)).expect("must be noticed");
+        assert!(why.contains("no entry point (_start, mainCRTStartup"), "{why}");
+        assert!(why.contains("and no `main`"), "{why}");
+        let no_main = PE_DUMP
+            .replace("<main>:", "<_main_v2>:")
+            .replace("<ml::main>:", "<ml::entry>:");
+        let why = guard_path_missing(&parse_objdump(&no_main)).unwrap();
+        assert!(!why.contains("entry point") && why.contains("has no `main`"), "{why}");
+    }
+
+    #[test]
+    fn windows_x86_64_has_a_higher_floor_and_memchr_dispatches_itself() {
+        assert_eq!(target_baseline("x86_64-unknown-linux-gnu"), ["sse2"]);
+        assert_eq!(target_baseline("x86_64-pc-windows-gnu"), ["sse2", "sse3", "cx16"]);
+        assert_eq!(target_baseline("x86_64-pc-windows-msvc"), ["sse2", "sse3", "cx16"]);
+        let dump = PE_DUMP.replace("\tsub    rsp,0x8", "\tmovshdup xmm0,xmm8")
+            + "0000000140160000 <<memchr::arch::x86_64::avx2::packedpair::Finder>::find_impl>:\n   140160000:\tc5 fd 74 14 1a       \tvpcmpeqb ymm2,ymm0,YMMWORD PTR [rdx+r11*1]\n";
+        let windows = Baselines::for_row(
+            "x86_64-pc-windows-gnu",
+            &[],
+            vec!["avx".into(), "avx2".into(), "fma".into()],
+        );
+        assert_eq!(windows.floor, windows.target);
+        let r = audit(Arch::X86_64, &parse_objdump(&dump), &windows);
+        assert!(r.ok, "{}", r.summary());
+        assert!(
+            r.exceptions.iter().any(|e| e.starts_with("avx2 `<memchr::")),
+            "{:?}",
+            r.exceptions
+        );
+        // The same SSE3 in ml::main of a Linux build breaks its floor.
+        let r = audit(
+            Arch::X86_64,
+            &parse_objdump(&dump),
+            &x86_baselines(&["avx", "avx2", "fma"]),
+        );
+        assert!(!r.ok);
+        assert_eq!(
+            (r.violations[0].symbol.as_str(), r.violations[0].feature.as_str()),
+            ("ml::main", "sse3")
+        );
+        // memchr's name excuses only its AVX2 searcher, not other code.
+        let dump = dump.replace("memchr::arch::x86_64::avx2::", "memchr::arch::x86_64::sse2::");
+        assert!(!audit(Arch::X86_64, &parse_objdump(&dump), &windows).ok);
+    }
+
     fn arm_fn(name: &str, insns: &[&str]) -> Function {
         Function {
             name: name.into(),
@@ -737,7 +999,7 @@ Disassembly of section .text:
     /// without the check fails.
     #[test]
     fn i686_start_up_and_pre_main_check_stay_below_sse2() {
-        let b = Baselines::for_row(Arch::X86, &[], vec![]);
+        let b = Baselines::for_row("i686-unknown-linux-gnu", &[], vec![]);
         assert_eq!(b.floor, Vec::<String>::new());
         let main = i686_fn("main", &["push ebp", "movq xmm0,QWORD PTR [esi+0x1c54]"]);
         let check = i686_fn(

@@ -156,7 +156,11 @@ impl RowBuild<'_> {
                 tail(&String::from_utf8_lossy(&out.stderr), 12)
             );
         }
-        let ml = self.target_dir().join(&self.row.target).join("release/ml");
+        let ml = self
+            .target_dir()
+            .join(&self.row.target)
+            .join("release")
+            .join(exe_name("ml", &self.row.target));
         if !ml.exists() {
             bail!("{prog} build succeeded but {} is missing", ml.display());
         }
@@ -203,7 +207,6 @@ impl RowBuild<'_> {
         env: &[(String, String)],
         timeout_secs: u64,
     ) -> Result<crate::outcome::RunOutput> {
-        use std::os::unix::process::ExitStatusExt;
         let args = self.common_args();
         let secs = timeout_secs.to_string();
         let mut c = cmd!(sh, "timeout -k 10 {secs} cross {sub...} {args...} -- {trailing...}")
@@ -223,13 +226,24 @@ impl RowBuild<'_> {
         let code = out.status.code();
         Ok(crate::outcome::RunOutput {
             code,
-            signal: out.status.signal(),
+            signal: exit_signal(&out.status),
             timed_out: code == Some(124) && seconds + 1.0 >= timeout_secs as f64,
             seconds,
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
     }
+}
+
+/// The signal that ended a process (Unix; Windows has none).
+#[cfg(unix)]
+pub fn exit_signal(status: &std::process::ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(status)
+}
+
+#[cfg(not(unix))]
+pub fn exit_signal(_: &std::process::ExitStatus) -> Option<i32> {
+    None
 }
 
 /// Seeds a row's empty target dir from an already-built one, so identical
@@ -297,6 +311,15 @@ fn dir_bytes(dir: &Path) -> u64 {
             _ => 0,
         })
         .sum()
+}
+
+/// A binary's file name on `triple`: `ml.exe` on Windows.
+pub fn exe_name(name: &str, triple: &str) -> String {
+    if crate::config::is_windows_triple(triple) {
+        format!("{name}.exe")
+    } else {
+        name.to_string()
+    }
 }
 
 pub fn target_dir(root: &Path, row: &str) -> PathBuf {

@@ -65,8 +65,13 @@ impl Default for Settings {
 pub struct TargetSpec {
     /// Cross linker (cargo builder: CARGO_TARGET_<TRIPLE>_LINKER).
     pub linker: Option<String>,
-    /// qemu-user binary for this target.
+    /// qemu-user binary for this target (none for Windows targets).
+    #[serde(default)]
     pub qemu: String,
+    /// Windows targets: the Wine loader that runs their `native` cells on a
+    /// Linux x86-64 host (the CPU is the host's). On a Windows host they
+    /// run natively.
+    pub wine: Option<String>,
     /// Guest root for the dynamic loader (qemu -L).
     pub sysroot: Option<String>,
     /// binutils objdump that reads this target's binaries.
@@ -172,6 +177,11 @@ impl Row {
     pub fn tier(&self) -> &'static isa::Tier {
         isa::tier(&self.tier).expect("validated")
     }
+    /// A Windows target (PE binaries): its `native` cells run under Wine on
+    /// a Linux host, and it has no qemu cells.
+    pub fn is_windows(&self) -> bool {
+        is_windows_triple(&self.target)
+    }
     /// Whether this row's binaries run on the host CPU without qemu: same
     /// arch, or an i686 build linked statically (`+crt-static`: it needs no
     /// 32-bit loader) on an x86-64 host.
@@ -191,6 +201,10 @@ impl Row {
         f.extend(self.features.iter().cloned());
         f
     }
+}
+
+pub fn is_windows_triple(triple: &str) -> bool {
+    triple.contains("-windows-")
 }
 
 /// What validation knows about the machine (so tests can fake one).
@@ -342,8 +356,8 @@ impl Matrix {
             if Arch::from_triple(triple).is_none() {
                 errors.push(format!("[target.{triple}]: unknown architecture"));
             }
-            if t.qemu.is_empty() || t.objdump.is_empty() {
-                errors.push(format!("[target.{triple}]: qemu and objdump must be named"));
+            if (t.qemu.is_empty() && t.wine.is_none()) || t.objdump.is_empty() {
+                errors.push(format!("[target.{triple}]: qemu (or wine) and objdump must be named"));
             }
         }
         let mut seen = std::collections::HashSet::new();
@@ -464,6 +478,14 @@ fn row_errors(row: &Row, targets: &BTreeMap<String, TargetSpec>, host: &Host) ->
                     continue;
                 }
                 host.features.clone()
+            }
+            Place::Qemu(model) if row.is_windows() => {
+                if cell.expect != Expect::CompileOnly {
+                    errs.push(format!(
+                        "cpu `{model}`: a Windows row runs only `native` (under Wine on a Linux host): qemu-user cannot run PE binaries"
+                    ));
+                }
+                continue;
             }
             Place::Qemu(model) => match isa::cpu_model(arch, &model) {
                 Some(m) => m.features.iter().map(|s| s.to_string()).collect(),
@@ -776,6 +798,37 @@ cpus = [{ cpu = "cortex-a7", expect = "pass" }]
         // A qemu model has fixed features: `host` means nothing there.
         let e = format!("{:#}", Matrix::parse(&row("Haswell"), &rich).unwrap_err());
         assert!(e.contains("fits only a `native` cell"), "{e}");
+    }
+
+    #[test]
+    fn windows_rows_run_native_cells_only_and_their_target_names_wine() {
+        let win = r#"
+[target.x86_64-pc-windows-gnu]
+linker = "x86_64-w64-mingw32-gcc"
+wine = "/usr/lib/wine/wine64"
+objdump = "x86_64-w64-mingw32-objdump"
+"#;
+        let m = parse(&format!(
+            "{win}\n[[row]]\nname = \"w\"\ntier = \"avx512vnni\"\ntarget = \"x86_64-pc-windows-gnu\"\ncpus = [{{ cpu = \"native\", expect = \"host\" }}]\n"
+        ))
+        .unwrap();
+        let row = &m.rows[0];
+        assert!(row.is_windows());
+        assert!(!m.row("w").unwrap().cargo_features().is_empty());
+        // The CPU under Wine is the host's: this Zen 4 runs the tier.
+        assert_eq!(row.cpus[0].expect, Expect::Pass);
+        assert_eq!(m.target["x86_64-pc-windows-gnu"].qemu, "");
+        // qemu-user cannot run a PE binary.
+        let e = err(&format!(
+            "{win}\n[[row]]\nname = \"w\"\ntier = \"sse2\"\ntarget = \"x86_64-pc-windows-gnu\"\ncpus = [{{ cpu = \"Haswell\", expect = \"pass\" }}]\n"
+        ));
+        assert!(e.contains("cpu `Haswell`: a Windows row runs only `native`"), "{e}");
+        // A target table needs a way to run its binaries.
+        let e = err(&format!(
+            "{}\n[[row]]\nname = \"w\"\ntier = \"sse2\"\ntarget = \"x86_64-pc-windows-gnu\"\ncpus = [{{ cpu = \"native\", expect = \"pass\" }}]\n",
+            win.replace("wine = \"/usr/lib/wine/wine64\"\n", "")
+        ));
+        assert!(e.contains("qemu (or wine) and objdump must be named"), "{e}");
     }
 
     #[test]

@@ -727,7 +727,7 @@ fn x86(insn: &str, bytes: &str, long_mode: bool) -> Vec<Ext> {
                 .and_then(is_num)
                 .is_some()
         });
-        if !zmm && xy {
+        if !zmm && xy && !x86_evex_scalar(mnemonic) {
             out.push(Ext::Avx512Vl);
         }
         if X86_BW_ON_EVEX.contains(&mnemonic) {
@@ -801,6 +801,35 @@ const X86_SSE_NO_XMM: &[&str] = &[
     "maskmovq",
 ];
 const X86_SSE2_NO_XMM: &[&str] = &["lfence", "mfence", "clflush", "movnti"];
+/// EVEX instructions on one element (or a general register's worth) of an
+/// xmm register: AVX-512F (BW/DQ for the byte/word/quad inserts and
+/// extracts), never AVX512VL, which only the 128- and 256-bit *vector*
+/// forms need. Their xmm16–31 operands are what makes them EVEX: on
+/// Windows, whose ABI saves xmm6–15, LLVM picks xmm16+ for scalar float
+/// code in AVX-512 functions (win-avx512vnni's matvec: `vmulss xmm20,…`).
+fn x86_evex_scalar(mnemonic: &str) -> bool {
+    let scalar_float = (mnemonic.ends_with("ss") || mnemonic.ends_with("sd"))
+        && mnemonic.starts_with('v')
+        && !mnemonic.starts_with("vp")
+        && !mnemonic.starts_with("vbroadcast");
+    scalar_float
+        || matches!(
+            mnemonic,
+            "vmovd"
+                | "vmovq"
+                | "vinsertps"
+                | "vextractps"
+                | "vpinsrb"
+                | "vpinsrw"
+                | "vpinsrd"
+                | "vpinsrq"
+                | "vpextrb"
+                | "vpextrw"
+                | "vpextrd"
+                | "vpextrq"
+        )
+}
+
 /// SSE (1) instructions on xmm registers; every other legacy-encoded xmm
 /// instruction is taken to need SSE2 or later.
 const X86_SSE1_XMM: &[&str] = &[
@@ -1107,6 +1136,15 @@ mod tests {
         assert_eq!(x("vpaddb zmm0,zmm1,zmm2"), vec![Avx, Avx512F, Avx512Bw]);
         assert_eq!(x("kmovq  k1,rax"), vec![Avx512F, Avx512Bw]);
         assert_eq!(x("vmovdqu64 ymm17,YMMWORD PTR [rdi]"), vec![Avx, Avx512F, Avx512Vl]);
+        // Scalar EVEX forms on xmm16+ are AVX-512F, not VL.
+        assert_eq!(x("vmulss xmm20,xmm8,DWORD PTR [r14+r10*4]"), vec![Avx, Avx512F]);
+        assert_eq!(x("vfmadd132ss xmm16,xmm1,xmm2"), vec![Avx, Fma, Avx512F]);
+        assert_eq!(x("vmovsd xmm17,QWORD PTR [rax]"), vec![Avx, Avx512F]);
+        assert_eq!(x("vmovq  xmm16,rax"), vec![Avx, Avx512F]);
+        // Their packed and broadcast twins still need VL.
+        assert_eq!(x("vmulps xmm20,xmm8,xmm9"), vec![Avx, Avx512F, Avx512Vl]);
+        assert_eq!(x("vbroadcastsd ymm17,xmm1"), vec![Avx, Avx2, Avx512F, Avx512Vl]);
+        assert_eq!(x("vpabsd xmm17,xmm1"), vec![Avx, Avx512F, Avx512Vl]);
         assert_eq!(x("popcnt eax,ecx"), vec![Popcnt]);
         assert_eq!(x("tzcnt  eax,ecx"), vec![]);
         assert_eq!(x("andn   eax,ecx,edx"), vec![Bmi1]);

@@ -442,10 +442,37 @@ pub fn missing<'a>(needs: &[&'a str], have: &[String]) -> Vec<&'a str> {
     needs.iter().copied().filter(|n| !have.iter().any(|h| h == n)).collect()
 }
 
-/// The host's tier-relevant features, from /proc/cpuinfo (never assumed).
+/// The host's tier-relevant features, from /proc/cpuinfo (never assumed);
+/// where there is none (a Windows host), from CPUID through std.
 pub fn host_features() -> Vec<String> {
-    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    host_features_from_cpuinfo(&text)
+    match std::fs::read_to_string("/proc/cpuinfo") {
+        Ok(text) => host_features_from_cpuinfo(&text),
+        Err(_) => host_features_from_cpuid(),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn host_features_from_cpuid() -> Vec<String> {
+    let mut out = Vec::new();
+    macro_rules! probe {
+        ($($f:tt => $name:expr),* $(,)?) => {
+            $(if std::arch::is_x86_feature_detected!($f) {
+                out.push($name.to_string());
+            })*
+        };
+    }
+    probe!(
+        "sse2" => "sse2", "sse3" => "sse3", "ssse3" => "ssse3", "sse4.1" => "sse4_1",
+        "sse4.2" => "sse4_2", "avx" => "avx", "fma" => "fma", "avx2" => "avx2",
+        "avxvnni" => "avx_vnni", "avx512f" => "avx512f", "avx512bw" => "avx512bw",
+        "avx512vl" => "avx512vl", "avx512vnni" => "avx512_vnni",
+    );
+    out
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn host_features_from_cpuid() -> Vec<String> {
+    Vec::new()
 }
 
 /// Parses the first processor's flags (x86 `flags`, ARM `Features`) into

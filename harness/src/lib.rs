@@ -16,3 +16,4 @@ pub mod progress;
 pub mod report;
 pub mod runner;
 pub mod setup;
+pub mod wine;

@@ -59,6 +59,12 @@ enum Command {
     Rows {
         #[arg(long)]
         json: bool,
+        /// Only the Windows rows (the nightly windows-latest job's).
+        #[arg(long, conflicts_with = "no_windows")]
+        windows: bool,
+        /// Every row but the Windows ones.
+        #[arg(long)]
+        no_windows: bool,
     },
 }
 
@@ -75,7 +81,18 @@ fn main() {
             rustflags,
             verbose,
         } => commands::audit::run(&binary, &target, &guard, &rustflags, verbose),
-        Command::Rows { json } => commands::rows::run(json).map(|()| true),
+        Command::Rows {
+            json,
+            windows,
+            no_windows,
+        } => {
+            let which = match (windows, no_windows) {
+                (true, _) => commands::rows::Which::Windows,
+                (_, true) => commands::rows::Which::NotWindows,
+                _ => commands::rows::Which::All,
+            };
+            commands::rows::run(json, which).map(|()| true)
+        }
     };
     match result {
         Ok(true) => {}

@@ -1,6 +1,10 @@
 //! How a process ended, and what that means for a cell's expectation.
-//! Death by SIGILL (signal 4, or qemu's "uncaught target signal 4") is a
-//! failure whatever the row expects.
+//! Death by an illegal instruction is a failure whatever the row expects:
+//! SIGILL (signal 4, or qemu's "uncaught target signal 4") on Unix, and on
+//! Windows, which has no signals, the exception STATUS_ILLEGAL_INSTRUCTION
+//! (0xC000001D: the process's exit code on Windows; under Wine, whose exit
+//! status keeps only its low byte, 29, Wine prints "Unhandled illegal
+//! instruction").
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +23,8 @@ pub struct RunOutput {
 
 pub const EXIT_ISA: i32 = 7;
 const SIGILL: i32 = 4;
+/// Windows' exception code for an illegal instruction, as an exit code.
+pub const STATUS_ILLEGAL_INSTRUCTION: u32 = 0xC000_001D;
 
 impl RunOutput {
     pub fn sigill(&self) -> bool {
@@ -26,10 +32,21 @@ impl RunOutput {
             || self.code == Some(128 + SIGILL)
             || self.stderr.contains("uncaught target signal 4")
             || self.stderr.contains("SIGILL")
+            || self.windows_illegal_instruction()
+    }
+
+    /// An illegal instruction on Windows or under Wine.
+    fn windows_illegal_instruction(&self) -> bool {
+        self.code == Some(STATUS_ILLEGAL_INSTRUCTION as i32)
+            || self.stderr.contains("Unhandled illegal instruction")
+            || self.stderr.contains("STATUS_ILLEGAL_INSTRUCTION")
+            || self.stderr.to_ascii_lowercase().contains("0xc000001d")
     }
 
     pub fn describe(&self) -> String {
-        if self.sigill() {
+        if self.windows_illegal_instruction() {
+            "died of an illegal instruction (Windows exception 0xC000001D, the SIGILL of Windows): an instruction this CPU lacks ran".into()
+        } else if self.sigill() {
             "killed by SIGILL (signal 4): an instruction this CPU lacks ran".into()
         } else if self.timed_out {
             format!("timed out after {:.0}s", self.seconds)
@@ -285,6 +302,23 @@ mod tests {
         assert!(check_ran(&q).unwrap_err().contains("SIGILL"));
         // Through a shell or `timeout`: exit 132.
         assert!(check_ran(&out(Some(132), None, "")).unwrap_err().contains("SIGILL"));
+        // Windows: the exception code is the exit code; under Wine, whose
+        // exit status keeps the low byte (0x1D), Wine's message tells.
+        let w = out(Some(0xC000_001Du32 as i32), None, "");
+        assert!(check_ran(&w).unwrap_err().contains("0xC000001D"), "{}", w.describe());
+        assert!(check_reject(&w, &["avx2"]).is_err());
+        let wine = out(
+            Some(29),
+            None,
+            "wine: Unhandled illegal instruction at address 0000000140004860 (thread 0110), starting debugger...",
+        );
+        assert!(wine.sigill());
+        assert!(check_ran(&wine).unwrap_err().contains("illegal instruction"));
+        assert!(check_reject(&wine, &["avx2"]).unwrap_err().contains("0xC000001D"));
+        // A test binary inside Wine whose `ml` died that way reports it.
+        assert!(out(Some(101), None, "exit code: 0xc000001d, STATUS_ILLEGAL_INSTRUCTION").sigill());
+        // Exit 29 alone is an ordinary exit code.
+        assert!(!out(Some(29), None, "").sigill());
         // Even with exit 7 printed first, a SIGILL trace wins.
         assert!(check_reject(
             &out(Some(7), None, "qemu: uncaught target signal 4 (Illegal instruction)"),

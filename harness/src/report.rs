@@ -27,6 +27,10 @@ pub struct Report {
     pub golden: Vec<GoldenInfo>,
     pub rows: Vec<RowReport>,
     pub bench: BenchInfo,
+    /// Per target triple, how its cells ran when that needs saying (the
+    /// Windows rows: under Wine, with the stand-in DLL).
+    #[serde(default)]
+    pub target_notes: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -299,6 +303,9 @@ pub fn grid_markdown(r: &Report) -> String {
     let mut s = String::new();
     for (target, rows, labels) in groups(r) {
         let _ = writeln!(s, "### {target}\n");
+        if let Some(note) = r.target_notes.get(&target) {
+            let _ = writeln!(s, "{}\n", md_escape(note));
+        }
         let _ = writeln!(
             s,
             "| row | build + audit | {} |",
@@ -546,8 +553,12 @@ th,td{{border:1px solid #bbb;padding:4px 8px;font-size:13px;vertical-align:top}}
     for (target, rows, labels) in groups(r) {
         let _ = writeln!(
             s,
-            "<h3>{}</h3><table><tr><th>row</th><th>build + audit</th>",
-            html_escape(&target)
+            "<h3>{}</h3>{}<table><tr><th>row</th><th>build + audit</th>",
+            html_escape(&target),
+            r.target_notes
+                .get(&target)
+                .map(|n| format!("<p>{}</p>", html_escape(n)))
+                .unwrap_or_default()
         );
         for l in &labels {
             let _ = write!(s, "<th>{}</th>", html_escape(l));
@@ -753,7 +764,23 @@ mod tests {
                 note: "no ml bench yet".into(),
                 results: vec![],
             },
+            target_notes: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_target_note_heads_its_table() {
+        let mut r = sample();
+        r.target_notes.insert(
+            "x86_64-unknown-linux-gnu".into(),
+            "`native` ran under Wine | stand-in".into(),
+        );
+        let md = grid_markdown(&r);
+        assert!(
+            md.contains("### x86_64-unknown-linux-gnu\n\n`native` ran under Wine \\| stand-in\n"),
+            "{md}"
+        );
+        assert!(html(&r).contains("<p>`native` ran under Wine | stand-in</p>"));
     }
 
     #[test]

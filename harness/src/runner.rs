@@ -1,13 +1,13 @@
-//! Running a built binary on a cell's CPU: natively, or under qemu-user
-//! with `-cpu <model>` (and `-L <sysroot>` for the guest's loader). Every
-//! run goes through coreutils `timeout`, which re-raises a child's fatal
-//! signal, so a SIGILL stays visible as signal 4.
+//! Running a built binary on a cell's CPU: natively, under qemu-user with
+//! `-cpu <model>` (and `-L <sysroot>` for the guest's loader), or, for a
+//! Windows build on a Linux host, under Wine (on the host's CPU). On Unix
+//! every run goes through coreutils `timeout`, which re-raises a child's
+//! fatal signal, so a SIGILL stays visible as signal 4.
 
 use crate::outcome::RunOutput;
 use anyhow::{Context, Result};
 use std::io::Read;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 use xshell::Shell;
@@ -22,6 +22,13 @@ pub enum Runner {
         cpu: String,
         cpu_arg: String,
         sysroot: Option<String>,
+    },
+    /// A PE binary under Wine: `bin` is the loader (Debian's wine64 is
+    /// /usr/lib/wine/wine64, not on PATH), `prefix` the WINEPREFIX the
+    /// harness prepared (`crate::wine`).
+    Wine {
+        bin: String,
+        prefix: PathBuf,
     },
 }
 
@@ -42,6 +49,26 @@ impl Runner {
                 v.push(cpu_arg.clone());
                 v
             }
+            Runner::Wine { bin, .. } => vec![bin.clone()],
+        }
+    }
+
+    /// The environment the runner itself needs.
+    pub fn env(&self) -> Vec<(String, String)> {
+        match self {
+            Runner::Wine { prefix, .. } => crate::wine::env(prefix),
+            _ => vec![],
+        }
+    }
+
+    /// What a test binary that starts `ml` itself must put before it
+    /// (`ML_TEST_RUNNER`): the qemu command, or nothing where the test
+    /// binary's own processes run where it does (natively, or inside Wine,
+    /// where a Windows process starts another Windows program itself).
+    pub fn test_runner(&self) -> String {
+        match self {
+            Runner::Native | Runner::Wine { .. } => String::new(),
+            Runner::Qemu { .. } => self.command_line(),
         }
     }
 
@@ -50,6 +77,7 @@ impl Runner {
         match self {
             Runner::Native => "native".into(),
             Runner::Qemu { cpu, .. } => format!("qemu:{cpu}"),
+            Runner::Wine { .. } => "wine".into(),
         }
     }
 
@@ -57,10 +85,10 @@ impl Runner {
     /// CARGO_TARGET_<TRIPLE>_RUNNER.
     pub fn command_line(&self) -> String {
         let p = self.prefix();
-        if p.is_empty() {
-            "(native)".into()
-        } else {
-            p.join(" ")
+        match self {
+            _ if p.is_empty() => "(native)".into(),
+            Runner::Wine { prefix, .. } => format!("WINEPREFIX={} {}", prefix.display(), p.join(" ")),
+            _ => p.join(" "),
         }
     }
 
@@ -71,6 +99,7 @@ impl Runner {
     /// qemu-user guest test that spawns `ml` forked a qemu that deadlocked
     /// before its exec; `timeout` stopped the test but the TERM it sent the
     /// group stayed blocked in the deadlocked child.)
+    #[cfg(unix)]
     pub fn run(
         &self,
         sh: &Shell,
@@ -79,13 +108,14 @@ impl Runner {
         env: &[(String, String)],
         timeout_secs: u64,
     ) -> Result<RunOutput> {
+        use std::os::unix::process::{CommandExt, ExitStatusExt};
         let what = || format!("run {} {}", self.command_line(), exe.display());
         let mut c = Command::new("timeout");
         c.args(["-k", "10", &timeout_secs.to_string()])
             .args(self.prefix())
             .arg(exe)
             .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
+            .envs(self.env().into_iter().chain(env.iter().cloned()))
             .current_dir(sh.current_dir())
             .process_group(0)
             .stdin(Stdio::null())
@@ -116,6 +146,78 @@ impl Runner {
             stderr: text(stderr),
         })
     }
+
+    /// Windows hosts (the nightly windows-latest job): no coreutils
+    /// `timeout` and no process groups; a watchdog thread kills the child
+    /// at the deadline. An illegal instruction ends the process with
+    /// STATUS_ILLEGAL_INSTRUCTION, which `RunOutput::sigill` recognises.
+    #[cfg(not(unix))]
+    pub fn run(
+        &self,
+        sh: &Shell,
+        exe: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        timeout_secs: u64,
+    ) -> Result<RunOutput> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let what = || format!("run {} {}", self.command_line(), exe.display());
+        let prefix = self.prefix();
+        let mut c = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        c.args(args)
+            .envs(self.env().into_iter().chain(env.iter().cloned()))
+            .current_dir(sh.current_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let start = Instant::now();
+        let mut child = c.spawn().with_context(what)?;
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        let done = Arc::new(AtomicBool::new(false));
+        let fired = Arc::new(AtomicBool::new(false));
+        let pid = child.id();
+        let watchdog = {
+            let (done, fired) = (done.clone(), fired.clone());
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + std::time::Duration::from_secs(timeout_secs);
+                while !done.load(Ordering::SeqCst) {
+                    if Instant::now() >= deadline {
+                        fired.store(true, Ordering::SeqCst);
+                        let _ = Command::new("taskkill")
+                            .args(["/F", "/T", "/PID", &pid.to_string()])
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::null())
+                            .status();
+                        return;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            })
+        };
+        let status = child.wait().with_context(what)?;
+        done.store(true, Ordering::SeqCst);
+        let _ = watchdog.join();
+        let seconds = start.elapsed().as_secs_f64();
+        let text =
+            |h: std::thread::JoinHandle<Vec<u8>>| String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned();
+        Ok(RunOutput {
+            code: status.code(),
+            signal: None,
+            timed_out: fired.load(Ordering::SeqCst),
+            seconds,
+            stdout: text(stdout),
+            stderr: text(stderr),
+        })
+    }
 }
 
 /// Reads a child's pipe to its end on a thread of its own, so that neither
@@ -130,9 +232,25 @@ fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Ve
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wine_runs_its_children_itself() {
+        let w = Runner::Wine {
+            bin: "/usr/lib/wine/wine64".into(),
+            prefix: PathBuf::from("/t/_wine/prefix"),
+        };
+        assert_eq!(w.prefix(), vec!["/usr/lib/wine/wine64"]);
+        assert_eq!(w.how(), "wine");
+        assert_eq!(w.command_line(), "WINEPREFIX=/t/_wine/prefix /usr/lib/wine/wine64");
+        // A test binary inside Wine starts ml.exe as a Windows process.
+        assert_eq!(w.test_runner(), "");
+        assert!(w
+            .env()
+            .contains(&("WINEPREFIX".to_string(), "/t/_wine/prefix".to_string())));
+    }
 
     #[test]
     fn qemu_prefix_carries_sysroot_and_model() {

@@ -18,7 +18,8 @@ pub fn which(name: &str) -> Option<PathBuf> {
         return p.exists().then_some(p);
     }
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+    let exe = format!("{name}{}", std::env::consts::EXE_SUFFIX);
+    std::env::split_paths(&path).map(|d| d.join(&exe)).find(|p| p.is_file())
 }
 
 /// One thing a row needs.
@@ -54,10 +55,20 @@ pub fn installed_targets(sh: &Shell) -> Vec<String> {
 /// Whether a row runs any cell under qemu.
 fn uses_qemu(row: &Row) -> bool {
     row.compile_only.is_none()
+        && !row.is_windows()
         && row
             .cpus
             .iter()
             .any(|c| c.expect != Expect::CompileOnly && matches!(c.place(row.arch()), Place::Qemu(_)))
+}
+
+/// Whether a row runs any cell under Wine here: a Windows row on a host
+/// that is not Windows.
+fn uses_wine(row: &Row) -> bool {
+    row.compile_only.is_none()
+        && row.is_windows()
+        && !cfg!(windows)
+        && row.cpus.iter().any(|c| c.expect != Expect::CompileOnly)
 }
 
 /// Everything `row` needs with `builder`.
@@ -117,13 +128,35 @@ pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, tar
                 });
             }
         }
-        v.push(Need {
-            what: "timeout (coreutils)".into(),
-            present: which("timeout").is_some(),
-            install: "apt-get install coreutils".into(),
-            apt: vec!["coreutils".into()],
-            rustup_target: None,
-        });
+        if uses_wine(row) {
+            let wine = spec.wine.clone().unwrap_or_default();
+            v.push(Need {
+                what: format!("wine {wine}"),
+                present: !wine.is_empty() && which(&wine).is_some(),
+                install: apt_hint(&apt),
+                apt: apt.clone(),
+                rustup_target: None,
+            });
+            // The stand-in bcryptprimitives.dll (crate::wine) is built with it.
+            if spec.linker.as_deref() != Some(crate::wine::MINGW_GCC) {
+                v.push(Need {
+                    what: format!("{} (the stand-in DLL)", crate::wine::MINGW_GCC),
+                    present: which(crate::wine::MINGW_GCC).is_some(),
+                    install: apt_hint(&apt),
+                    apt: apt.clone(),
+                    rustup_target: None,
+                });
+            }
+        }
+        if cfg!(unix) {
+            v.push(Need {
+                what: "timeout (coreutils)".into(),
+                present: which("timeout").is_some(),
+                install: "apt-get install coreutils".into(),
+                apt: vec!["coreutils".into()],
+                rustup_target: None,
+            });
+        }
     }
     v.push(Need {
         what: spec.objdump.clone(),
@@ -135,9 +168,15 @@ pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, tar
     v
 }
 
+#[cfg(unix)]
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(not(unix))]
+fn is_root() -> bool {
+    false
 }
 
 /// Installs what the rows miss, where possible. Returns what was done.
@@ -225,13 +264,23 @@ pub fn tool_versions(sh: &Shell, m: &Matrix) -> Vec<(String, String)> {
     let mut seen = BTreeSet::new();
     for spec in m.target.values() {
         for tool in [&spec.qemu, &spec.objdump] {
-            if seen.insert(tool.clone()) {
+            if !tool.is_empty() && seen.insert(tool.clone()) {
                 let ver = if which(tool).is_some() {
                     first_line(tool, &["--version"])
                 } else {
                     "not found".into()
                 };
                 v.push((tool.clone(), ver));
+            }
+        }
+        if let Some(w) = &spec.wine {
+            if seen.insert(w.clone()) {
+                let ver = if which(w).is_some() {
+                    first_line(w, &["--version"])
+                } else {
+                    "not found".into()
+                };
+                v.push((w.clone(), ver));
             }
         }
         if let Some(l) = &spec.linker {

@@ -15,7 +15,8 @@ fn root() -> PathBuf {
 
 fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+    let exe = format!("{name}{}", std::env::consts::EXE_SUFFIX);
+    std::env::split_paths(&path).map(|d| d.join(&exe)).find(|p| p.is_file())
 }
 
 const WORKFLOW: &str = ".github/workflows/nightly.yml";

@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn ml(args: &[&str]) -> Output {
+    ml_env(&[], args)
+}
+
+/// `ml` with `env` added to its environment.
+fn ml_env(env: &[(&str, &str)], args: &[&str]) -> Output {
     // This binary runs no kernel itself, but on a CPU the build does not
     // support it must refuse like every other test binary (exit 7), not
     // fail because the `ml` it spawns refused.
@@ -21,7 +26,7 @@ fn ml(args: &[&str]) -> Output {
         }
         _ => Command::new(exe),
     };
-    cmd.args(args).output().expect("start ml")
+    cmd.envs(env.iter().copied()).args(args).output().expect("start ml")
 }
 
 fn stdout(o: &Output) -> String {
@@ -210,7 +215,9 @@ fn every_error_kind_has_its_exit_code_and_one_line() {
 }
 
 /// `ml` with `args`, through `sh` so that `setup` (shell commands) applies
-/// to it first: a resource limit, say.
+/// to it first: a resource limit, say. Unix only: Windows has no `sh`, and
+/// the limits these tests set (a file size limit, stdout on /dev/full) have
+/// no Windows equivalent a test can set for one child.
 #[cfg(unix)]
 fn ml_under_sh(setup: &str, args: &[&str]) -> Output {
     legacy_ml::core::isa::guard();
@@ -266,6 +273,9 @@ fn prompts_longer_than_the_context_are_refused_by_every_command() {
     assert_exit(&o, 5, "but the model's context (max_seq) is 8");
 }
 
+// Unix only: `ulimit -f` (RLIMIT_FSIZE) stands in for a full disk; Windows
+// has no per-process file size limit. The atomic save's failure path is
+// tested on every platform in tests/faults.rs (a writer that fails).
 #[cfg(unix)]
 #[test]
 #[cfg_attr(miri, ignore = "Miri cannot start processes")]
@@ -294,6 +304,7 @@ fn gen_onto_a_full_disk_leaves_no_file_and_keeps_the_old_one() {
     assert_eq!(listing(), ["m.mlb"]);
 }
 
+// Linux only: /dev/full, a device every write to fails with ENOSPC.
 #[cfg(target_os = "linux")]
 #[test]
 #[cfg_attr(miri, ignore = "Miri cannot start processes")]
@@ -341,40 +352,29 @@ fn load_modes_give_the_same_logits() {
     );
     assert!(!info("map").contains("packed in"));
     // ML_LOAD is the default of --load.
-    #[cfg(unix)]
-    {
-        let o = ml_under_sh("export ML_LOAD=map", &["info", &m]);
-        assert!(stdout(&o).contains("loaded:            mapped"), "{}", stderr(&o));
-        let o = ml_under_sh("export ML_LOAD=map", &["info", &m, "--load", "read"]);
-        assert!(stdout(&o).contains("loaded:            read into memory"));
-        assert_exit(
-            &ml_under_sh("export ML_LOAD=copy", &["info", &m]),
-            2,
-            "auto, map or read",
-        );
-        let o = ml_under_sh("export ML_LOAD=", &["info", &m]);
-        assert!(
-            stdout(&o).contains("loaded:            read into memory"),
-            "{}",
-            stderr(&o)
-        );
-        // ML_PACK overrides this CPU's choice of layout, where the tier
-        // reads packed groups at all.
-        let o = ml_under_sh("export ML_PACK=1", &["info", &m]);
-        assert_eq!(
-            stdout(&o).contains("packed in four-row groups"),
-            legacy_ml::kernels::PACKS_ROW_GROUPS,
-            "{}",
-            stderr(&o)
-        );
-        let o = ml_under_sh("export ML_PACK=0", &["info", &m]);
-        assert!(stdout(&o).contains("loaded:            read into memory, matrices row-major"));
-        assert_exit(
-            &ml_under_sh("export ML_PACK=yes", &["info", &m]),
-            2,
-            "ML_PACK must be 1",
-        );
-    }
+    let o = ml_env(&[("ML_LOAD", "map")], &["info", &m]);
+    assert!(stdout(&o).contains("loaded:            mapped"), "{}", stderr(&o));
+    let o = ml_env(&[("ML_LOAD", "map")], &["info", &m, "--load", "read"]);
+    assert!(stdout(&o).contains("loaded:            read into memory"));
+    assert_exit(&ml_env(&[("ML_LOAD", "copy")], &["info", &m]), 2, "auto, map or read");
+    let o = ml_env(&[("ML_LOAD", "")], &["info", &m]);
+    assert!(
+        stdout(&o).contains("loaded:            read into memory"),
+        "{}",
+        stderr(&o)
+    );
+    // ML_PACK overrides this CPU's choice of layout, where the tier
+    // reads packed groups at all.
+    let o = ml_env(&[("ML_PACK", "1")], &["info", &m]);
+    assert_eq!(
+        stdout(&o).contains("packed in four-row groups"),
+        legacy_ml::kernels::PACKS_ROW_GROUPS,
+        "{}",
+        stderr(&o)
+    );
+    let o = ml_env(&[("ML_PACK", "0")], &["info", &m]);
+    assert!(stdout(&o).contains("loaded:            read into memory, matrices row-major"));
+    assert_exit(&ml_env(&[("ML_PACK", "yes")], &["info", &m]), 2, "ML_PACK must be 1");
 }
 
 #[test]

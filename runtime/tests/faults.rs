@@ -162,7 +162,9 @@ fn auto_reads_files_up_to_the_limit_and_maps_larger_ones() {
 /// Linux the pages of a MAP_PRIVATE mapping that this process has not
 /// written are the file's page cache, so an in-place rewrite shows through.
 /// (Truncation would be worse: SIGBUS on the next touch of a lost page.)
-#[cfg(all(target_os = "linux", feature = "mmap"))]
+/// On Windows the same holds for a copy-on-write view (FILE_MAP_COPY) of a
+/// file mapping: its unwritten pages are the file's cached pages.
+#[cfg(all(any(target_os = "linux", windows), feature = "mmap"))]
 #[test]
 #[cfg_attr(miri, ignore = "Miri cannot map files")]
 fn a_mapped_model_sees_an_in_place_rewrite() {
@@ -182,6 +184,35 @@ fn a_mapped_model_sees_an_in_place_rewrite() {
         &b[range],
         "the mapping shows the rewritten bytes"
     );
+}
+
+/// Windows refuses to truncate a file while a view of it is mapped
+/// (ERROR_USER_MAPPED_FILE): the truncation fails and the mapped model
+/// stays whole, where Linux would let it through and SIGBUS later. Once the
+/// model is dropped, the file can be truncated.
+#[cfg(all(windows, feature = "mmap"))]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot map files")]
+fn a_mapped_model_file_cannot_be_truncated_on_windows() {
+    const ERROR_USER_MAPPED_FILE: i32 = 1224;
+    let dir = TempDir::new("maptrunc");
+    let path = dir.path("m.mlb");
+    let bytes = cfg(7).to_bytes().unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    let model = Model::open_with(&path, LoadMode::Map).unwrap();
+    assert!(model.is_mapped());
+    let (weights, logits) = (weight_bits(&model), logits_bits(&model, &[1, 5, 3]));
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let e = file
+        .set_len(0)
+        .expect_err("truncating a mapped file must fail on Windows");
+    assert_eq!(e.raw_os_error(), Some(ERROR_USER_MAPPED_FILE), "{e}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), bytes.len() as u64);
+    assert_eq!(weight_bits(&model), weights);
+    assert_eq!(logits_bits(&model, &[1, 5, 3]), logits);
+    drop(model);
+    file.set_len(0).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
 }
 
 /// A file whose size changes while it is read is refused, not half-used:

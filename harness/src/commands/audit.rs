@@ -23,7 +23,7 @@ pub fn run(binary: &Path, target: &str, guard: &[String], rustflags: &[String], 
         &objdump,
         arch,
         binary,
-        &Baselines::for_row(arch, rustflags, guard.to_vec()),
+        &Baselines::for_row(target, rustflags, guard.to_vec()),
     )?;
     println!("{}", r.summary());
     for e in &r.exceptions {

@@ -83,13 +83,53 @@ pub fn run(builder: BuilderKind, probe_cpus: bool) -> Result<()> {
             println!("  {:<22} {}", row.name, missing.join("; "));
         }
     }
+    if m.rows.iter().any(|r| r.is_windows()) && !cfg!(windows) {
+        println!();
+        println!("Windows rows (run under Wine here, on this host's CPU):");
+        for (triple, spec) in m.target.iter().filter(|(t, _)| crate::config::is_windows_triple(t)) {
+            let wine = spec.wine.clone().unwrap_or_default();
+            println!(
+                "  {triple}: wine {}, linker {}, objdump {}",
+                if setup::which(&wine).is_some() {
+                    wine.as_str()
+                } else {
+                    "MISSING (apt-get install wine64)"
+                },
+                spec.linker.as_deref().unwrap_or("(default)"),
+                spec.objdump
+            );
+        }
+        let dir = crate::wine::dir(&root);
+        let prefix = dir.join("prefix");
+        println!(
+            "  prefix {}: {}",
+            prefix.display(),
+            if prefix.join("system.reg").exists() {
+                "created"
+            } else {
+                "created by the first matrix run"
+            }
+        );
+        println!(
+            "  stand-in bcryptprimitives.dll ({}, built with {}): {}",
+            crate::wine::STANDIN_SOURCE,
+            crate::wine::MINGW_GCC,
+            if setup::which(crate::wine::MINGW_GCC).is_none() {
+                "cannot be built: the mingw-w64 gcc is missing (apt-get install gcc-mingw-w64-x86-64)"
+            } else if dir.join("bcryptprimitives.dll").exists() {
+                "built and installed in the prefix (Wine lacks the DLL)"
+            } else {
+                "built and installed by the matrix if Wine lacks the DLL (Wine 8 does)"
+            }
+        );
+    }
     if any_missing {
         println!("\n`harness matrix` installs the missing pieces itself when run as root with apt-get (or reports the rows unavailable).");
     }
     if probe_cpus {
         println!();
         println!("qemu CPU table check (ml isa of each built scalar row under every model of its arch):");
-        for row in m.rows.iter().filter(|r| r.tier == "scalar") {
+        for row in m.rows.iter().filter(|r| r.tier == "scalar" && !r.is_windows()) {
             let ml = builder::target_dir(&root, &row.name)
                 .join(&row.target)
                 .join("release/ml");

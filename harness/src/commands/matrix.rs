@@ -16,6 +16,7 @@ use crate::report::{
 };
 use crate::runner::Runner;
 use crate::setup;
+use crate::wine;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,6 +85,9 @@ struct Ctx<'a> {
     /// The instruction-counting qemu plugin, or why there is none.
     icount_plugin: std::result::Result<PathBuf, String>,
     progress: &'a Progress,
+    /// The Wine prefix of the Windows rows (a Linux host with any selected),
+    /// or why it could not be prepared.
+    wine: Option<std::result::Result<wine::Prepared, String>>,
 }
 
 impl Ctx<'_> {
@@ -91,14 +95,7 @@ impl Ctx<'_> {
     fn run_env(&self, runner: &Runner) -> Vec<(String, String)> {
         vec![
             // tests/cli.rs starts the target `ml` through this under emulation.
-            (
-                "ML_TEST_RUNNER".into(),
-                if *runner == Runner::Native {
-                    String::new()
-                } else {
-                    runner.command_line()
-                },
-            ),
+            ("ML_TEST_RUNNER".into(), runner.test_runner()),
             ("INSTA_WORKSPACE_ROOT".into(), self.root.display().to_string()),
             // Never write .snap.new files into golden/ from a matrix run.
             ("INSTA_UPDATE".into(), "no".into()),
@@ -147,6 +144,7 @@ pub fn runtime_features(root: &Path) -> Result<Vec<String>> {
         .unwrap_or_default())
 }
 
+#[cfg(unix)]
 fn no_core_dumps() {
     // qemu-user writes a core file for a guest that dies of a signal.
     let lim = libc::rlimit {
@@ -157,6 +155,15 @@ fn no_core_dumps() {
     unsafe {
         libc::setrlimit(libc::RLIMIT_CORE, &lim);
     }
+}
+
+#[cfg(not(unix))]
+fn no_core_dumps() {}
+
+/// Whether this host runs a row's `native` cells under Wine: a Windows
+/// row on a host that is not Windows.
+fn under_wine(row: &Row) -> bool {
+    row.is_windows() && !cfg!(windows)
 }
 
 pub fn run(args: MatrixArgs) -> Result<bool> {
@@ -230,11 +237,37 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
         gold_error: None,
         icount_plugin: Err("not built".into()),
         progress: &progress,
+        wine: None,
     };
     ctx.icount_plugin = icount::build_plugin(&sh, &root, &root.join("target/matrix/_icount")).map_err(|e| {
         progress.done("icount", "plugin", 0.0, &format!("not built: {e:#}"));
         format!("{e:#}")
     });
+    // One Wine prefix for every Windows row that has what it needs.
+    let mut target_notes = std::collections::BTreeMap::new();
+    if let Some((row, _)) = selected
+        .iter()
+        .zip(&all_needs)
+        .find(|(r, n)| under_wine(r) && n.iter().all(|n| n.present))
+    {
+        let bin = matrix.target[&row.target].wine.clone().unwrap_or_default();
+        progress.step("wine", "prepare the prefix (target/matrix/_wine)");
+        let t = Instant::now();
+        let prepared = wine::prepare(&sh, &root, &bin).map_err(|e| format!("{e:#}"));
+        let outcome = match &prepared {
+            Ok(p) => p.note.clone(),
+            Err(e) => format!("FAILED: {e}"),
+        };
+        progress.done("wine", "prefix", t.elapsed().as_secs_f64(), &outcome);
+        setup_actions.push(format!("wine: {outcome}"));
+        for r in selected.iter().filter(|r| under_wine(r)) {
+            target_notes.insert(
+                r.target.clone(),
+                format!("`native` ran under Wine on this host's CPU ({outcome})."),
+            );
+        }
+        ctx.wine = Some(prepared);
+    }
     match prepare_golden(&sh, &ctx) {
         Ok(g) => ctx.golds = g,
         Err(e) => {
@@ -312,6 +345,15 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
         }
     }
 
+    // No Wine process outlives the matrix.
+    if let Some(Ok(w)) = &ctx.wine {
+        let bin = selected
+            .iter()
+            .find_map(|r| matrix.target.get(&r.target).and_then(|t| t.wine.clone()))
+            .unwrap_or_default();
+        wine::stop(&bin, &w.prefix);
+    }
+
     let ok = rows.iter().all(|r| match r.status {
         RowStatus::Ok | RowStatus::CompileOnly => true,
         RowStatus::Unavailable => args.allow_unavailable,
@@ -347,6 +389,7 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
         golden: golden_info,
         bench: bench_info(&sh, &ctx, &rows),
         rows,
+        target_notes,
     };
     let out = root.join(&args.out);
     report::write_all(&out, &rep)?;
@@ -415,7 +458,8 @@ fn bench_info(sh: &Shell, ctx: &Ctx, rows: &[RowReport]) -> BenchInfo {
 fn gen_ml_path(ctx: &Ctx) -> PathBuf {
     builder::target_dir(ctx.root, &gen_dir_name(ctx))
         .join(&ctx.host_triple)
-        .join("release/ml")
+        .join("release")
+        .join(builder::exe_name("ml", &ctx.host_triple))
 }
 
 /// Reuse the host scalar row's target dir if the matrix has one.
@@ -552,7 +596,8 @@ fn bench_row(sh: &Shell, ctx: &Ctx, row: &Row, ml: &Path) -> Option<report::Benc
         return None;
     }
     let native_pass = row.cpus.iter().any(|c| c.cpu == "native" && c.expect == Expect::Pass);
-    if !native_pass || row.compile_only.is_some() {
+    // Under Wine the CPU is the host's, but the row would time Wine too.
+    if !native_pass || row.compile_only.is_some() || under_wine(row) {
         return None;
     }
     ctx.progress.step(&row.name, "ml bench (native, decode)");
@@ -631,7 +676,10 @@ fn empty_row(row: &Row) -> RowReport {
 fn cell_report(row: &Row, c: &crate::config::Cell, result: CellResult, reason: &str) -> CellReport {
     CellReport {
         cpu: c.cpu.clone(),
-        label: c.label(row.arch()),
+        label: match c.label(row.arch()) {
+            l if l == "native" && under_wine(row) => "native (wine)".into(),
+            l => l,
+        },
         ran_as: "not run".into(),
         runner: String::new(),
         expect: c.expect.name().into(),
@@ -649,6 +697,13 @@ fn cell_report(row: &Row, c: &crate::config::Cell, result: CellResult, reason: &
 fn runner_for(ctx: &Ctx, row: &Row, place: &Place) -> Option<Runner> {
     let spec = ctx.matrix.target.get(&row.target)?;
     match place {
+        Place::Native if under_wine(row) => match &ctx.wine {
+            Some(Ok(w)) => Some(Runner::Wine {
+                bin: spec.wine.clone()?,
+                prefix: w.prefix.clone(),
+            }),
+            _ => None,
+        },
         Place::Native => Some(Runner::Native),
         Place::Qemu(model) => Some(Runner::Qemu {
             bin: spec.qemu.clone(),
@@ -667,7 +722,7 @@ fn runner_for(ctx: &Ctx, row: &Row, place: &Place) -> Option<Runner> {
 /// A runner that can execute `ml isa` (which never refuses) for this row.
 fn probe_runner(ctx: &Ctx, row: &Row) -> Option<Runner> {
     if ctx.host_arch.is_some_and(|h| row.runs_natively_on(h)) {
-        return Some(Runner::Native);
+        return runner_for(ctx, row, &Place::Native);
     }
     let spec = ctx.matrix.target.get(&row.target)?;
     setup::which(&spec.qemu)?;
@@ -802,7 +857,7 @@ fn run_row(sh: &Shell, ctx: &Ctx, row: &Row) -> RowReport {
         &spec.objdump,
         arch,
         &ml,
-        &Baselines::for_row(arch, &row.rustflags, guard),
+        &Baselines::for_row(&row.target, &row.rustflags, guard),
     ) {
         Ok(a) => {
             r.audit_step = if a.ok {
@@ -934,7 +989,10 @@ fn run_cell(
     }
     let Some(runner) = runner_for(ctx, row, &cell.place(arch)) else {
         rep.result = CellResult::Fail;
-        rep.reason = "no way to run this CPU".into();
+        rep.reason = match &ctx.wine {
+            Some(Err(e)) if under_wine(row) => format!("no Wine prefix to run it in: {e}"),
+            _ => "no way to run this CPU".into(),
+        };
         return rep;
     };
     rep.ran_as = runner.how();

@@ -29,6 +29,9 @@ pub fn merge(reports: Vec<Report>) -> Result<Report> {
         if out.mode != r.mode {
             out.mode = format!("{} + {}", out.mode, r.mode);
         }
+        for (target, note) in r.target_notes {
+            out.target_notes.entry(target).or_insert(note);
+        }
         for row in r.rows {
             if out.rows.iter().any(|x| x.name == row.name) {
                 bail!("row {} appears in two reports", row.name);

@@ -11,7 +11,8 @@
 //! Only the enabled tiers are compiled; the cargo features chain
 //! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`; `isa-sve`
 //! enables `isa-neon-dotprod` enables `isa-neon`), so every module a tier
-//! re-exports from is there.
+//! re-exports from is there. The exception: avx512vnni re-exports from
+//! avx2, and the avxvnni module is left out of its builds (below).
 //!
 //! Where each tier's code is: x86 `sse2.rs` … `avx512vnni.rs`; ARM
 //! `neon_a64.rs` (NEON on AArch64) and `neon_v7.rs` (NEON on ARMv7), both
@@ -124,7 +125,17 @@ pub mod sse41;
 #[cfg(all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")))]
 pub mod avx2;
 
-#[cfg(all(feature = "isa-avxvnni", any(target_arch = "x86", target_arch = "x86_64")))]
+// Not in avx512vnni builds, although the feature is on there: AVX-512 VNNI
+// does not imply AVX-VNNI (an AMD Zen 4 has the one, not the other), so
+// that tier skips these kernels, and its guard does not check avx_vnni. An
+// unused copy would still be in a Windows binary (a PE link keeps every
+// function .pdata names) with instructions beyond the guard: the audit of
+// the win-avx512vnni row found `kernels::avxvnni::matvec` there.
+#[cfg(all(
+    feature = "isa-avxvnni",
+    not(feature = "isa-avx512vnni"),
+    any(target_arch = "x86", target_arch = "x86_64")
+))]
 pub mod avxvnni;
 
 #[cfg(all(feature = "isa-avx512vnni", any(target_arch = "x86", target_arch = "x86_64")))]
