@@ -123,7 +123,7 @@ pub fn run_counted(
         .with_context(|| format!("run {} {}", argv.join(" "), exe.display()))?;
     let run = RunOutput {
         code: out.status.code(),
-        signal: std::os::unix::process::ExitStatusExt::signal(&out.status),
+        signal: crate::builder::exit_signal(&out.status),
         timed_out: out.status.code() == Some(124),
         seconds: start.elapsed().as_secs_f64(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
