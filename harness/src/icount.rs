@@ -98,6 +98,11 @@ pub fn demangle(symbol: &str) -> String {
 }
 
 /// Runs `exe args` on a qemu `runner` with the plugin and returns its counts.
+///
+/// qemu runs without address-space randomisation (`setarch -R`): where the
+/// guest's stack and heap land decides the alignment of its buffers, and
+/// memcpy and friends take paths of different lengths by alignment (seen:
+/// totals 8 instructions apart between two runs of the same `ml run`).
 pub fn run_counted(
     runner: &Runner,
     plugin: &Path,
@@ -116,6 +121,7 @@ pub fn run_counted(
     let start = std::time::Instant::now();
     let out = Command::new("timeout")
         .args(["-k", "10", &timeout_secs.to_string()])
+        .args(["setarch", std::env::consts::ARCH, "-R"])
         .args(&argv)
         .arg(exe)
         .args(args)
@@ -177,7 +183,9 @@ pub fn token_cost(model: &str, short: &Counts, long: &Counts) -> TokenCost {
     }
 }
 
-/// `ml run MODEL --tokens 1 -n N --temp 0 --threads 1`.
+/// `ml run MODEL --tokens 1 -n N --temp 0 --seed 1 --threads 1 --no-stats`:
+/// greedy, one thread, no clock-derived seed and no timing line, whose
+/// formatting costs a number of instructions that varies with the times.
 pub fn run_args(model: &Path, tokens: u32) -> Vec<String> {
     vec![
         "run".into(),
@@ -188,8 +196,11 @@ pub fn run_args(model: &Path, tokens: u32) -> Vec<String> {
         tokens.to_string(),
         "--temp".into(),
         "0".into(),
+        "--seed".into(),
+        "1".into(),
         "--threads".into(),
         "1".into(),
+        "--no-stats".into(),
     ]
 }
 

@@ -34,6 +34,11 @@ pub struct RunArgs {
     /// RNG seed; the same seed and model give the same tokens (default: from the clock).
     #[arg(short = 's', long)]
     seed: Option<u64>,
+    /// Print no timing line on stderr. Formatting the times costs a number
+    /// of instructions that varies with them, so runs that must execute
+    /// exactly the same instructions (the matrix's counts under qemu) drop it.
+    #[arg(long)]
+    no_stats: bool,
     #[command(flatten)]
     threads: super::ThreadsArg,
     #[command(flatten)]
@@ -114,6 +119,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     writeln!(out).map_err(stdout_error)?;
     let decode_time = decode_start.elapsed().as_secs_f64();
+    if a.no_stats {
+        return Ok(());
+    }
     eprintln!(
         "prompt: {} tokens in {:.1} ms; generated {} tokens in {:.1} ms: {:.1} tok/s",
         prompt.len(),
