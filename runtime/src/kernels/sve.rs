@@ -86,10 +86,373 @@ pub unsafe fn vector_bytes() -> usize {
     n
 }
 
-/// Rows four at a time; each step covers G blocks (as many as one vector
-/// holds, at least one). A last group of fewer than four rows repeats its
-/// last row in the unused slots and stores only its own rows, so it runs the
-/// same code as every other group.
+// ---------------------------------------------------------------------------
+// Narrow (128-bit) steps. Registers: v0–v1 the activation block, v2–v9 the
+// weights, v16–v19 the four rows' int32 sums (never reset: cumulative over
+// the row, in wrapping int32), v20 their reduction, v21 the previous one,
+// v22 the block's term, v25 the rows' scale offsets, v26 their scales, v28
+// the activation's scale, v29 the four rows' float sums; p1 = four lanes.
+
+/// Zeroes the sums; p1 covers the four rows' lanes.
+macro_rules! narrow_setup {
+    () => {
+        concat!(
+            "ptrue p1.s, vl4\n",
+            "movi v16.2d, #0\n",
+            "movi v17.2d, #0\n",
+            "movi v18.2d, #0\n",
+            "movi v19.2d, #0\n",
+            "movi v21.2d, #0\n",
+            "movi v29.2d, #0\n",
+        )
+    };
+}
+
+/// v20 holds the four rows' cumulative sums up to this block: the block's
+/// own sums are the difference from the last ones (exact in wrapping int32,
+/// since each is below 2^31). Then, per row and in block order, the scalar
+/// kernel's `sum += sumi · dw · dx` (no FMA); after the last block the
+/// group's rows are stored (`rows` of them).
+macro_rules! narrow_finish {
+    () => {
+        concat!(
+            "sub v22.4s, v20.4s, v21.4s\n",
+            "mov v21.16b, v20.16b\n",
+            "scvtf v22.4s, v22.4s\n",
+            "ld1w {{z26.s}}, p1/z, [{sw}, z25.s, uxtw #2]\n",
+            "add {sw}, {sw}, #4\n",
+            "fmul v22.4s, v22.4s, v26.4s\n",
+            "ldr s28, [{sx}], #4\n",
+            "fmul v22.4s, v22.4s, v28.s[0]\n",
+            "fadd v29.4s, v29.4s, v22.4s\n",
+            "subs {n}, {n}, #1\n",
+            "b.ne 2b\n",
+            "whilelt p2.s, xzr, {rows}\n",
+            "st1w {{z29.s}}, p2, [{y}]\n",
+        )
+    };
+}
+
+// ---------------------------------------------------------------------------
+// Wide steps (VL = 256·G bits). Registers: z0 the step's activation bytes,
+// z1–z8 the eight rows' weights (then scratch), z16–z23 the rows' int32 sums
+// (cumulative, as in the narrow steps), z11 the previous reduction, z12 the
+// step's terms, lane j·G + k for row j and block b0 + k; z13 = b0 + k,
+// z14 = j·nb + b0 + k (each lane's scale index), z15 = nb; z24/z25 the
+// weight and activation scales; z28 the rows' float sums (lane j); z9/z10
+// Q4's permutation and shifts; p0 all true, p1 the step's bytes, p2 Q4's
+// packed bytes, p3 the step's blocks, then the group's rows.
+
+/// Three rounds of uzp1/uzp2 + add over the eight rows' sums: lane j·G + k
+/// of z1 ← row j's int32 sum over blocks b0 + k (a block is eight lanes,
+/// and each round adds neighbouring lanes).
+macro_rules! reduce8 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z16.s, z17.s\n",
+            "uzp2 z2.s, z16.s, z17.s\n",
+            "add z1.s, z1.s, z2.s\n",
+            "uzp1 z3.s, z18.s, z19.s\n",
+            "uzp2 z4.s, z18.s, z19.s\n",
+            "add z3.s, z3.s, z4.s\n",
+            "uzp1 z5.s, z20.s, z21.s\n",
+            "uzp2 z6.s, z20.s, z21.s\n",
+            "add z5.s, z5.s, z6.s\n",
+            "uzp1 z7.s, z22.s, z23.s\n",
+            "uzp2 z8.s, z22.s, z23.s\n",
+            "add z7.s, z7.s, z8.s\n",
+            "uzp1 z2.s, z1.s, z3.s\n",
+            "uzp2 z4.s, z1.s, z3.s\n",
+            "add z2.s, z2.s, z4.s\n",
+            "uzp1 z6.s, z5.s, z7.s\n",
+            "uzp2 z8.s, z5.s, z7.s\n",
+            "add z6.s, z6.s, z8.s\n",
+            "uzp1 z1.s, z2.s, z6.s\n",
+            "uzp2 z3.s, z2.s, z6.s\n",
+            "add z1.s, z1.s, z3.s\n",
+        )
+    };
+}
+
+// z28 (lane j: row j) += the step's terms, block after block: the lanes of
+// block k (j·G + k for every j) are brought down to lanes j by rounds of
+// uzp1/uzp2 of z12 with itself, then added in k order.
+macro_rules! acc_g1 {
+    () => {
+        "fadd z28.s, z28.s, z12.s\n"
+    };
+}
+macro_rules! acc_g2 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z12.s, z12.s\n",
+            "uzp2 z2.s, z12.s, z12.s\n",
+            "fadd z28.s, z28.s, z1.s\n",
+            "fadd z28.s, z28.s, z2.s\n",
+        )
+    };
+}
+macro_rules! acc_g4 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z12.s, z12.s\n", // k = 0, 2
+            "uzp2 z2.s, z12.s, z12.s\n", // k = 1, 3
+            "uzp1 z3.s, z1.s, z1.s\n",   // 0
+            "uzp2 z4.s, z1.s, z1.s\n",   // 2
+            "uzp1 z5.s, z2.s, z2.s\n",   // 1
+            "uzp2 z6.s, z2.s, z2.s\n",   // 3
+            "fadd z28.s, z28.s, z3.s\n",
+            "fadd z28.s, z28.s, z5.s\n",
+            "fadd z28.s, z28.s, z4.s\n",
+            "fadd z28.s, z28.s, z6.s\n",
+        )
+    };
+}
+macro_rules! acc_g8 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z12.s, z12.s\n", // k = 0, 2, 4, 6
+            "uzp2 z2.s, z12.s, z12.s\n", // k = 1, 3, 5, 7
+            "uzp1 z3.s, z1.s, z1.s\n",   // 0, 4
+            "uzp2 z4.s, z1.s, z1.s\n",   // 2, 6
+            "uzp1 z5.s, z2.s, z2.s\n",   // 1, 5
+            "uzp2 z6.s, z2.s, z2.s\n",   // 3, 7
+            "uzp1 z1.s, z3.s, z3.s\n",   // 0
+            "uzp2 z2.s, z3.s, z3.s\n",   // 4
+            "uzp1 z3.s, z4.s, z4.s\n",   // 2
+            "uzp2 z4.s, z4.s, z4.s\n",   // 6
+            "uzp1 z7.s, z5.s, z5.s\n",   // 1
+            "uzp2 z8.s, z5.s, z5.s\n",   // 5
+            "uzp1 z5.s, z6.s, z6.s\n",   // 3
+            "uzp2 z6.s, z6.s, z6.s\n",   // 7
+            "fadd z28.s, z28.s, z1.s\n",
+            "fadd z28.s, z28.s, z7.s\n",
+            "fadd z28.s, z28.s, z3.s\n",
+            "fadd z28.s, z28.s, z5.s\n",
+            "fadd z28.s, z28.s, z2.s\n",
+            "fadd z28.s, z28.s, z8.s\n",
+            "fadd z28.s, z28.s, z4.s\n",
+            "fadd z28.s, z28.s, z6.s\n",
+        )
+    };
+}
+
+/// The lane indices (z13 = k, z14 = j·nb + k, j clamped to the group's last
+/// row), nb in z15, zeroed sums. `$jshift` turns lane i into j = i / G,
+/// `$k` makes k = i % G.
+macro_rules! wide_setup {
+    ($jshift:expr, $k:expr) => {
+        concat!(
+            "ptrue p0.b\n",
+            "index z13.s, #0, #1\n",
+            "mov z14.d, z13.d\n",
+            $jshift,
+            $k,
+            "\n",
+            "mov z15.s, {last:w}\n",
+            "umin z14.s, p0/m, z14.s, z15.s\n",
+            "mov z15.s, {nb:w}\n",
+            "mul z14.s, p0/m, z14.s, z15.s\n",
+            "add z14.s, z14.s, z13.s\n",
+            "mov z16.s, #0\n",
+            "mov z17.s, #0\n",
+            "mov z18.s, #0\n",
+            "mov z19.s, #0\n",
+            "mov z20.s, #0\n",
+            "mov z21.s, #0\n",
+            "mov z22.s, #0\n",
+            "mov z23.s, #0\n",
+            "mov z11.s, #0\n",
+            "mov z28.s, #0\n",
+            "mov {off}, #0\n",
+        )
+    };
+}
+
+/// After the sdots: the step's block sums (difference of the cumulative
+/// reductions), their terms `sumi · dw · dx` (scales gathered for the
+/// step's blocks only: p3), added per row in block order; the loop; then
+/// the store of the group's rows.
+macro_rules! wide_finish {
+    ($acc:expr, $g:literal) => {
+        concat!(
+            reduce8!(),
+            "sub z12.s, z1.s, z11.s\n",
+            "mov z11.d, z1.d\n",
+            "scvtf z12.s, p0/m, z12.s\n",
+            "cmphi p3.s, p0/z, z15.s, z13.s\n",
+            "ld1w {{z24.s}}, p3/z, [{sw}, z14.s, uxtw #2]\n",
+            "ld1w {{z25.s}}, p3/z, [{sx}, z13.s, uxtw #2]\n",
+            "fmul z12.s, z12.s, z24.s\n",
+            "fmul z12.s, z12.s, z25.s\n",
+            $acc,
+            "add z13.s, z13.s, #",
+            $g,
+            "\n",
+            "add z14.s, z14.s, #",
+            $g,
+            "\n",
+            "incb {off}\n",
+            "cmp {off}, {nbytes}\n",
+            "b.lo 2b\n",
+            "whilelt p3.s, xzr, {rows}\n",
+            "st1w {{z28.s}}, p3, [{y}]\n",
+        )
+    };
+}
+
+macro_rules! wide_asm {
+    (q8, $w:ident, $x:ident, $sx:ident, $sw:ident, $y:ident, $rows:ident, $nb:ident, $jshift:expr, $k:expr, $acc:expr, $g:literal) => {
+        // SAFETY: reads 32·nb bytes at x and at each w[j] (predicated:
+        // nothing past them), and only the scales of blocks < nb (p3) of
+        // the group's rows; writes `rows` floats at y and only the declared
+        // registers.
+        asm!(
+            wide_setup!($jshift, $k),
+            "2:",
+            "whilelt p1.b, {off}, {nbytes}",
+            "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
+            "ld1b {{z1.b}}, p1/z, [{w0}, {off}]",
+            "ld1b {{z2.b}}, p1/z, [{w1}, {off}]",
+            "ld1b {{z3.b}}, p1/z, [{w2}, {off}]",
+            "ld1b {{z4.b}}, p1/z, [{w3}, {off}]",
+            "ld1b {{z5.b}}, p1/z, [{w4}, {off}]",
+            "ld1b {{z6.b}}, p1/z, [{w5}, {off}]",
+            "ld1b {{z7.b}}, p1/z, [{w6}, {off}]",
+            "ld1b {{z8.b}}, p1/z, [{w7}, {off}]",
+            "sdot z16.s, z1.b, z0.b",
+            "sdot z17.s, z2.b, z0.b",
+            "sdot z18.s, z3.b, z0.b",
+            "sdot z19.s, z4.b, z0.b",
+            "sdot z20.s, z5.b, z0.b",
+            "sdot z21.s, z6.b, z0.b",
+            "sdot z22.s, z7.b, z0.b",
+            "sdot z23.s, z8.b, z0.b",
+            wide_finish!($acc, $g),
+            x = in(reg) $x,
+            w0 = in(reg) $w[0],
+            w1 = in(reg) $w[1],
+            w2 = in(reg) $w[2],
+            w3 = in(reg) $w[3],
+            w4 = in(reg) $w[4],
+            w5 = in(reg) $w[5],
+            w6 = in(reg) $w[6],
+            w7 = in(reg) $w[7],
+            sx = in(reg) $sx,
+            sw = in(reg) $sw,
+            y = in(reg) $y,
+            rows = in(reg) $rows,
+            last = in(reg) $rows - 1,
+            nb = in(reg) $nb,
+            nbytes = in(reg) $nb * QK,
+            off = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _,
+            out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v28") _,
+            out("p0") _, out("p1") _, out("p3") _,
+            options(nostack)
+        )
+    };
+    (q4, $w:ident, $x:ident, $sx:ident, $sw:ident, $y:ident, $rows:ident, $nb:ident, $jshift:expr, $k:expr, $acc:expr, $g:literal) => {
+        // SAFETY: reads 32·nb bytes at x and 16·nb at each w[j]
+        // (predicated: nothing past them), and only the scales of blocks
+        // < nb (p3) of the group's rows; writes `rows` floats at y and only
+        // the declared registers.
+        asm!(
+            wide_setup!($jshift, $k),
+            // z9: the activation permutation pairing byte 2i of a block
+            // with element i and byte 2i + 1 with element 16 + i, i.e.
+            // (l & ~31) + (l & 31) / 2 + 16·(l & 1) for lane l; z10: the
+            // shift (0 or 4) that brings lane l's nibble down.
+            "index z9.b, #0, #1",
+            "mov z10.d, z9.d",
+            "and z10.b, z10.b, #1",
+            "lsl z10.b, z10.b, #2",
+            "mov z24.d, z9.d",
+            "and z24.b, z24.b, #0xe0",
+            "and z9.b, z9.b, #0x1e",
+            "lsr z9.b, z9.b, #1",
+            "add z9.b, z9.b, z24.b",
+            "mov z24.d, z10.d",
+            "lsl z24.b, z24.b, #2",
+            "add z9.b, z9.b, z24.b",
+            "mov {offq}, #0",
+            "2:",
+            "whilelt p1.b, {off}, {nbytes}",
+            "whilelt p2.h, {offq}, {qbytes}",
+            "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
+            "tbl z0.b, {{z0.b}}, z9.b",
+            q4_row!("z1", "w0"),
+            q4_row!("z2", "w1"),
+            q4_row!("z3", "w2"),
+            q4_row!("z4", "w3"),
+            q4_row!("z5", "w4"),
+            q4_row!("z6", "w5"),
+            q4_row!("z7", "w6"),
+            q4_row!("z8", "w7"),
+            "sdot z16.s, z1.b, z0.b",
+            "sdot z17.s, z2.b, z0.b",
+            "sdot z18.s, z3.b, z0.b",
+            "sdot z19.s, z4.b, z0.b",
+            "sdot z20.s, z5.b, z0.b",
+            "sdot z21.s, z6.b, z0.b",
+            "sdot z22.s, z7.b, z0.b",
+            "sdot z23.s, z8.b, z0.b",
+            "inch {offq}",
+            wide_finish!($acc, $g),
+            x = in(reg) $x,
+            w0 = in(reg) $w[0],
+            w1 = in(reg) $w[1],
+            w2 = in(reg) $w[2],
+            w3 = in(reg) $w[3],
+            w4 = in(reg) $w[4],
+            w5 = in(reg) $w[5],
+            w6 = in(reg) $w[6],
+            w7 = in(reg) $w[7],
+            sx = in(reg) $sx,
+            sw = in(reg) $sw,
+            y = in(reg) $y,
+            rows = in(reg) $rows,
+            last = in(reg) $rows - 1,
+            nb = in(reg) $nb,
+            nbytes = in(reg) $nb * QK,
+            qbytes = in(reg) $nb * Q4_BLOCK_BYTES,
+            off = out(reg) _,
+            offq = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _, out("v10") _,
+            out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v28") _,
+            out("p0") _, out("p1") _, out("p2") _, out("p3") _,
+            options(nostack)
+        )
+    };
+}
+
+/// One Q4 row of a wide step: its 16·G packed bytes, one per halfword
+/// (zero-extended), each copied to both bytes of its halfword (trn1), the
+/// odd byte shifted down by 4, & 0x0F − 8: byte 2i of a block is element i,
+/// byte 2i + 1 element 16 + i, as the permuted activation has them.
+macro_rules! q4_row {
+    ($z:literal, $w:literal) => {
+        concat!(
+            "ld1b {{", $z, ".h}}, p2/z, [{", $w, "}, {offq}]\n",
+            "trn1 ", $z, ".b, ", $z, ".b, ", $z, ".b\n",
+            "lsr ", $z, ".b, p0/m, ", $z, ".b, z10.b\n",
+            "and ", $z, ".b, ", $z, ".b, #15\n",
+            "sub ", $z, ".b, ", $z, ".b, #8\n",
+        )
+    };
+}
+
+/// Picks the matvec for this CPU's vector length: the wide one (eight rows,
+/// G = VL/256 blocks per step) when VL is a power of two of 256 bits or
+/// more, else the narrow one (four rows, one block per step, 128-bit).
 ///
 /// Safety: SVE; `check_matvec` has accepted these arguments.
 #[allow(clippy::too_many_arguments)]
@@ -104,284 +467,199 @@ unsafe fn matvec<const Q4: bool>(
     r0: usize,
     r1: usize,
 ) {
-    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
-    let g = (vector_bytes() / QK).max(1);
-    let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
-    let mut r = r0;
-    while r < r1 {
-        let rows = (r1 - r).min(4);
-        // Row j of the group, or the group's last row for the unused slots.
-        let row = |j: usize| r + j.min(rows - 1);
-        let mut sums = [0.0f32; 4];
-        let mut b0 = 0;
-        while b0 < nb {
-            let gb = g.min(nb - b0);
-            let step = Step {
-                x: xq.add(b0 * QK),
-                w: std::array::from_fn(|j| wq.add(row(j) * stride + b0 * bb)),
-                sx: xd.add(b0),
-                sw: std::array::from_fn(|j| wd.add(row(j) * nb + b0)),
-                blocks: gb,
-            };
-            if Q4 {
-                step_q4(&step, &mut sums);
-            } else {
-                step_q8(&step, &mut sums);
-            }
-            b0 += gb;
+    if nb == 0 {
+        for i in 0..r1 - r0 {
+            *y.add(i) = 0.0;
         }
-        for (j, &s) in sums.iter().enumerate().take(rows) {
-            *y.add(r - r0 + j) = s;
-        }
-        r += rows;
+        return;
+    }
+    let m = Matvec {
+        y,
+        wq,
+        wd,
+        xq: x.q.as_ptr(),
+        xd: x.d.as_ptr(),
+        nb,
+        stride,
+        r0,
+        r1,
+    };
+    match vector_bytes() {
+        32 => m.wide::<Q4, 1>(),
+        64 => m.wide::<Q4, 2>(),
+        128 => m.wide::<Q4, 4>(),
+        256 => m.wide::<Q4, 8>(),
+        _ => m.narrow::<Q4>(),
     }
 }
 
-/// One step's operands: `blocks` (1 ≤ blocks ≤ G) blocks of the activation
-/// and of four weight rows, with their scales.
-struct Step {
-    x: *const i8,
-    w: [*const u8; 4],
-    sx: *const f32,
-    sw: [*const f32; 4],
-    blocks: usize,
+/// One matvec call's operands (as `matvec` received them).
+struct Matvec {
+    y: *mut f32,
+    wq: *const u8,
+    wd: *const f32,
+    xq: *const i8,
+    xd: *const f32,
+    nb: usize,
+    stride: usize,
+    r0: usize,
+    r1: usize,
 }
 
-// Steps 2 and 3 of the module comment, as asm text shared by both formats.
-// z23 is zero, z24/z25 scratch, z26 the activation scales, p0 all-true, p3
-// the step's blocks.
+impl Matvec {
+    /// Row `r + j` of a group of `rows`, or the group's last row for the
+    /// slots past it: the weights of that row.
+    #[inline(always)]
+    fn row(&self, r: usize, rows: usize, j: usize) -> *const u8 {
+        self.wq.wrapping_add((r + j.min(rows - 1)) * self.stride)
+    }
 
-/// Lane k of `$z` ← block k's int32 sum (three rounds of adjacent adds).
-macro_rules! block_sums {
-    ($z:literal) => {
-        concat!(
-            "uzp1 z24.s, ",
-            $z,
-            ".s, z23.s\n",
-            "uzp2 z25.s, ",
-            $z,
-            ".s, z23.s\n",
-            "add ",
-            $z,
-            ".s, z24.s, z25.s\n",
-            "uzp1 z24.s, ",
-            $z,
-            ".s, z23.s\n",
-            "uzp2 z25.s, ",
-            $z,
-            ".s, z23.s\n",
-            "add ",
-            $z,
-            ".s, z24.s, z25.s\n",
-            "uzp1 z24.s, ",
-            $z,
-            ".s, z23.s\n",
-            "uzp2 z25.s, ",
-            $z,
-            ".s, z23.s\n",
-            "add ",
-            $z,
-            ".s, z24.s, z25.s\n",
-        )
-    };
+    /// Four rows at a time, one block per step, in 128-bit registers (the
+    /// whole vector at VL = 128; at other lengths the low 128 bits, which
+    /// NEON's loads zero above).
+    ///
+    /// Safety: SVE; the operands passed `check_matvec`, nb ≥ 1.
+    #[target_feature(enable = "sve")]
+    unsafe fn narrow<const Q4: bool>(&self) {
+        let mut r = self.r0;
+        while r < self.r1 {
+            let rows = (self.r1 - r).min(4);
+            // Row j's scales are offs[j] floats from row r's.
+            let offs: [u32; 4] = std::array::from_fn(|j| (j.min(rows - 1) * self.nb) as u32);
+            let offs = std::arch::aarch64::vld1q_u32(offs.as_ptr());
+            let (w0, w1, w2, w3) = (self.row(r, rows, 0), self.row(r, rows, 1), self.row(r, rows, 2), self.row(r, rows, 3));
+            let (x, sx, sw, y) = (self.xq, self.xd, self.wd.add(r * self.nb), self.y.add(r - self.r0));
+            if Q4 {
+                // SAFETY: reads nb blocks of 16 bytes from each w_j, nb
+                // blocks of 32 bytes at x, nb scales at sx and at sw + offs[j]
+                // (rows the caller's range holds); writes `rows` floats at y.
+                asm!(
+                    narrow_setup!(),
+                    "movi v27.16b, #0x0f",
+                    "movi v24.16b, #0xf8",
+                    "movi v23.2d, #0",
+                    "2:",
+                    "ldp q0, q1, [{x}], #32",
+                    "ldr q2, [{w0}], #16",
+                    "ldr q4, [{w1}], #16",
+                    "ldr q6, [{w2}], #16",
+                    "ldr q8, [{w3}], #16",
+                    "and v3.16b, v2.16b, v27.16b",
+                    "ushr v2.16b, v2.16b, #4",
+                    "and v5.16b, v4.16b, v27.16b",
+                    "ushr v4.16b, v4.16b, #4",
+                    "and v7.16b, v6.16b, v27.16b",
+                    "ushr v6.16b, v6.16b, #4",
+                    "and v9.16b, v8.16b, v27.16b",
+                    "ushr v8.16b, v8.16b, #4",
+                    // Nibbles 0..15 without the −8: Σ(n − 8)·x = Σ n·x − 8·Σx,
+                    // the second term (z23) shared by the four rows.
+                    "sdot z16.s, z3.b, z0.b",
+                    "sdot z16.s, z2.b, z1.b",
+                    "sdot z17.s, z5.b, z0.b",
+                    "sdot z17.s, z4.b, z1.b",
+                    "sdot z18.s, z7.b, z0.b",
+                    "sdot z18.s, z6.b, z1.b",
+                    "sdot z19.s, z9.b, z0.b",
+                    "sdot z19.s, z8.b, z1.b",
+                    "sdot z23.s, z0.b, z24.b",
+                    "sdot z23.s, z1.b, z24.b",
+                    "addp v20.4s, v16.4s, v17.4s",
+                    "addp v22.4s, v18.4s, v19.4s",
+                    "addp v20.4s, v20.4s, v22.4s",
+                    "addp v22.4s, v23.4s, v23.4s",
+                    "addp v22.4s, v22.4s, v22.4s",
+                    "add v20.4s, v20.4s, v22.4s",
+                    narrow_finish!(),
+                    x = inout(reg) x => _,
+                    w0 = inout(reg) w0 => _,
+                    w1 = inout(reg) w1 => _,
+                    w2 = inout(reg) w2 => _,
+                    w3 = inout(reg) w3 => _,
+                    sx = inout(reg) sx => _,
+                    sw = inout(reg) sw => _,
+                    n = inout(reg) self.nb => _,
+                    rows = in(reg) rows,
+                    y = in(reg) y,
+                    in("v25") offs,
+                    out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+                    out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+                    out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+                    out("v21") _, out("v22") _, out("v23") _, out("v24") _, out("v26") _,
+                    out("v27") _, out("v28") _, out("v29") _,
+                    out("p1") _, out("p2") _,
+                    options(nostack)
+                );
+            } else {
+                // SAFETY: as above, with 32-byte weight blocks.
+                asm!(
+                    narrow_setup!(),
+                    "2:",
+                    "ldp q0, q1, [{x}], #32",
+                    "ldp q2, q3, [{w0}], #32",
+                    "ldp q4, q5, [{w1}], #32",
+                    "ldp q6, q7, [{w2}], #32",
+                    "ldp q8, q9, [{w3}], #32",
+                    "sdot z16.s, z2.b, z0.b",
+                    "sdot z16.s, z3.b, z1.b",
+                    "sdot z17.s, z4.b, z0.b",
+                    "sdot z17.s, z5.b, z1.b",
+                    "sdot z18.s, z6.b, z0.b",
+                    "sdot z18.s, z7.b, z1.b",
+                    "sdot z19.s, z8.b, z0.b",
+                    "sdot z19.s, z9.b, z1.b",
+                    "addp v20.4s, v16.4s, v17.4s",
+                    "addp v22.4s, v18.4s, v19.4s",
+                    "addp v20.4s, v20.4s, v22.4s",
+                    narrow_finish!(),
+                    x = inout(reg) x => _,
+                    w0 = inout(reg) w0 => _,
+                    w1 = inout(reg) w1 => _,
+                    w2 = inout(reg) w2 => _,
+                    w3 = inout(reg) w3 => _,
+                    sx = inout(reg) sx => _,
+                    sw = inout(reg) sw => _,
+                    n = inout(reg) self.nb => _,
+                    rows = in(reg) rows,
+                    y = in(reg) y,
+                    in("v25") offs,
+                    out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+                    out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+                    out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+                    out("v21") _, out("v22") _, out("v26") _, out("v28") _, out("v29") _,
+                    out("p1") _, out("p2") _,
+                    options(nostack)
+                );
+            }
+            r += rows;
+        }
+    }
+
+    /// Eight rows at a time, G = VL/256 blocks per step (VL a power of two,
+    /// 256 bits or more, so eight rows' G blocks fill one vector of int32).
+    ///
+    /// Safety: SVE with VL = 256·G bits; the operands passed
+    /// `check_matvec`, nb ≥ 1.
+    #[target_feature(enable = "sve")]
+    unsafe fn wide<const Q4: bool, const G: usize>(&self) {
+        let nb = self.nb;
+        let mut r = self.r0;
+        while r < self.r1 {
+            let rows = (self.r1 - r).min(8);
+            let w: [*const u8; 8] = std::array::from_fn(|j| self.row(r, rows, j));
+            let (x, sx, sw, y) = (self.xq, self.xd, self.wd.add(r * nb), self.y.add(r - self.r0));
+            match (Q4, G) {
+                (false, 1) => wide_asm!(q8, w, x, sx, sw, y, rows, nb, "", "mov z13.s, #0", acc_g1!(), "1"),
+                (false, 2) => wide_asm!(q8, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #1\n", "and z13.s, z13.s, #1", acc_g2!(), "2"),
+                (false, 4) => wide_asm!(q8, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #2\n", "and z13.s, z13.s, #3", acc_g4!(), "4"),
+                (false, _) => wide_asm!(q8, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #3\n", "and z13.s, z13.s, #7", acc_g8!(), "8"),
+                (true, 1) => wide_asm!(q4, w, x, sx, sw, y, rows, nb, "", "mov z13.s, #0", acc_g1!(), "1"),
+                (true, 2) => wide_asm!(q4, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #1\n", "and z13.s, z13.s, #1", acc_g2!(), "2"),
+                (true, 4) => wide_asm!(q4, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #2\n", "and z13.s, z13.s, #3", acc_g4!(), "4"),
+                (true, _) => wide_asm!(q4, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #3\n", "and z13.s, z13.s, #7", acc_g8!(), "8"),
+            }
+            r += rows;
+        }
+    }
 }
 
-/// `$s` += Σ_k (float(sumi_k) · dw_k) · dx_k, in block order.
-macro_rules! scale_add {
-    ($z:literal, $sw:literal, $s:literal) => {
-        concat!(
-            "scvtf ",
-            $z,
-            ".s, p0/m, ",
-            $z,
-            ".s\n",
-            "ld1w {{z24.s}}, p3/z, [{",
-            $sw,
-            "}]\n",
-            "fmul ",
-            $z,
-            ".s, ",
-            $z,
-            ".s, z24.s\n",
-            "fmul ",
-            $z,
-            ".s, ",
-            $z,
-            ".s, z26.s\n",
-            "fadda ",
-            $s,
-            ", p3, ",
-            $s,
-            ", ",
-            $z,
-            ".s\n",
-        )
-    };
-}
-
-macro_rules! finish_step {
-    () => {
-        concat!(
-            block_sums!("z16"),
-            block_sums!("z17"),
-            block_sums!("z18"),
-            block_sums!("z19"),
-            "whilelt p3.s, xzr, {blocks}\n",
-            "ld1w {{z26.s}}, p3/z, [{sx}]\n",
-            scale_add!("z16", "sw0", "s28"),
-            scale_add!("z17", "sw1", "s29"),
-            scale_add!("z18", "sw2", "s30"),
-            scale_add!("z19", "sw3", "s31"),
-        )
-    };
-}
-
-/// Q8_0 step: the weight chunks are loaded as they are.
-///
-/// Safety: SVE; the step's pointers are valid for its blocks.
-#[target_feature(enable = "sve")]
-unsafe fn step_q8(s: &Step, sums: &mut [f32; 4]) {
-    let [mut a, mut b, mut c, mut d] = *sums;
-    // SAFETY: reads 32·blocks bytes at x and at each w[j], and `blocks`
-    // scales at sx and each sw[j] (predicated: nothing beyond); writes only
-    // the declared registers.
-    asm!(
-        "ptrue p0.b",
-        "mov z23.s, #0",
-        "mov z16.s, #0",
-        "mov z17.s, #0",
-        "mov z18.s, #0",
-        "mov z19.s, #0",
-        "mov {off}, #0",
-        "2:",
-        "whilelt p1.b, {off}, {nbytes}",
-        "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
-        "ld1b {{z1.b}}, p1/z, [{w0}, {off}]",
-        "ld1b {{z2.b}}, p1/z, [{w1}, {off}]",
-        "ld1b {{z3.b}}, p1/z, [{w2}, {off}]",
-        "ld1b {{z4.b}}, p1/z, [{w3}, {off}]",
-        "sdot z16.s, z1.b, z0.b",
-        "sdot z17.s, z2.b, z0.b",
-        "sdot z18.s, z3.b, z0.b",
-        "sdot z19.s, z4.b, z0.b",
-        "incb {off}",
-        "cmp {off}, {nbytes}",
-        "b.lo 2b",
-        finish_step!(),
-        x = in(reg) s.x,
-        w0 = in(reg) s.w[0],
-        w1 = in(reg) s.w[1],
-        w2 = in(reg) s.w[2],
-        w3 = in(reg) s.w[3],
-        sx = in(reg) s.sx,
-        sw0 = in(reg) s.sw[0],
-        sw1 = in(reg) s.sw[1],
-        sw2 = in(reg) s.sw[2],
-        sw3 = in(reg) s.sw[3],
-        nbytes = in(reg) s.blocks * QK,
-        blocks = in(reg) s.blocks,
-        off = out(reg) _,
-        inout("v28") a,
-        inout("v29") b,
-        inout("v30") c,
-        inout("v31") d,
-        out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-        out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-        out("v23") _, out("v24") _, out("v25") _, out("v26") _,
-        out("p0") _, out("p1") _, out("p3") _,
-        options(readonly, nostack)
-    );
-    *sums = [a, b, c, d];
-}
-
-/// Q4_0 step: each row's 16·blocks packed bytes are loaded once; every
-/// chunk of output bytes j = off + lane takes packed byte 16·(j / 32) +
-/// j % 16, shifted right by 4 when j % 32 ≥ 16 (the high nibbles are
-/// elements 16–31), then & 0x0F − 8.
-///
-/// Safety: SVE; the step's pointers are valid for its blocks.
-#[target_feature(enable = "sve")]
-unsafe fn step_q4(s: &Step, sums: &mut [f32; 4]) {
-    let [mut a, mut b, mut c, mut d] = *sums;
-    // SAFETY: reads 32·blocks bytes at x, 16·blocks bytes at each w[j], and
-    // `blocks` scales at sx and each sw[j] (predicated: nothing beyond);
-    // writes only the declared registers.
-    asm!(
-        "ptrue p0.b",
-        "mov z23.s, #0",
-        "mov z16.s, #0",
-        "mov z17.s, #0",
-        "mov z18.s, #0",
-        "mov z19.s, #0",
-        "whilelt p2.b, xzr, {pbytes}",
-        "ld1b {{z1.b}}, p2/z, [{w0}]",
-        "ld1b {{z2.b}}, p2/z, [{w1}]",
-        "ld1b {{z3.b}}, p2/z, [{w2}]",
-        "ld1b {{z4.b}}, p2/z, [{w3}]",
-        "mov {off}, #0",
-        "2:",
-        "whilelt p1.b, {off}, {nbytes}",
-        "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
-        // z21 = tbl index, z22 = nibble shift, for j = off + lane.
-        "index z20.b, {off:w}, #1",
-        "lsr z21.b, z20.b, #5",
-        "lsl z21.b, z21.b, #4",
-        "mov z22.d, z20.d",
-        "and z22.b, z22.b, #15",
-        "orr z21.d, z21.d, z22.d",
-        "mov z22.d, z20.d",
-        "and z22.b, z22.b, #16",
-        "lsr z22.b, z22.b, #2",
-        "tbl z5.b, {{z1.b}}, z21.b",
-        "tbl z6.b, {{z2.b}}, z21.b",
-        "tbl z7.b, {{z3.b}}, z21.b",
-        "tbl z27.b, {{z4.b}}, z21.b",
-        "lsr z5.b, p0/m, z5.b, z22.b",
-        "lsr z6.b, p0/m, z6.b, z22.b",
-        "lsr z7.b, p0/m, z7.b, z22.b",
-        "lsr z27.b, p0/m, z27.b, z22.b",
-        "and z5.b, z5.b, #15",
-        "and z6.b, z6.b, #15",
-        "and z7.b, z7.b, #15",
-        "and z27.b, z27.b, #15",
-        "sub z5.b, z5.b, #8",
-        "sub z6.b, z6.b, #8",
-        "sub z7.b, z7.b, #8",
-        "sub z27.b, z27.b, #8",
-        // Lanes past the step's bytes multiply a zero activation.
-        "sdot z16.s, z5.b, z0.b",
-        "sdot z17.s, z6.b, z0.b",
-        "sdot z18.s, z7.b, z0.b",
-        "sdot z19.s, z27.b, z0.b",
-        "incb {off}",
-        "cmp {off}, {nbytes}",
-        "b.lo 2b",
-        finish_step!(),
-        x = in(reg) s.x,
-        w0 = in(reg) s.w[0],
-        w1 = in(reg) s.w[1],
-        w2 = in(reg) s.w[2],
-        w3 = in(reg) s.w[3],
-        sx = in(reg) s.sx,
-        sw0 = in(reg) s.sw[0],
-        sw1 = in(reg) s.sw[1],
-        sw2 = in(reg) s.sw[2],
-        sw3 = in(reg) s.sw[3],
-        nbytes = in(reg) s.blocks * QK,
-        pbytes = in(reg) s.blocks * Q4_BLOCK_BYTES,
-        blocks = in(reg) s.blocks,
-        off = out(reg) _,
-        inout("v28") a,
-        inout("v29") b,
-        inout("v30") c,
-        inout("v31") d,
-        out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-        out("v5") _, out("v6") _, out("v7") _,
-        out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-        out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-        out("v24") _, out("v25") _, out("v26") _, out("v27") _,
-        out("p0") _, out("p1") _, out("p2") _, out("p3") _,
-        options(readonly, nostack)
-    );
-    *sums = [a, b, c, d];
-}
