@@ -93,17 +93,32 @@ pub unsafe fn vector_bytes() -> usize {
 // v22 the block's term, v25 the rows' scale offsets, v26 their scales, v28
 // the activation's scale, v29 the four rows' float sums; p1 = four lanes.
 
-/// Zeroes the sums; p1 covers the four rows' lanes.
+/// Once per call: p1 covers the four rows' lanes, p2 the `rows` stored;
+/// the int32 sums start at zero and are never reset (each block's sums are
+/// differences, so they run on from group to group).
 macro_rules! narrow_setup {
     () => {
         concat!(
             "ptrue p1.s, vl4\n",
+            "whilelt p2.s, xzr, {rows}\n",
             "movi v16.2d, #0\n",
             "movi v17.2d, #0\n",
             "movi v18.2d, #0\n",
             "movi v19.2d, #0\n",
             "movi v21.2d, #0\n",
+        )
+    };
+}
+
+/// The start of a group: float sums zeroed, activation from its start.
+macro_rules! narrow_group {
+    () => {
+        concat!(
+            "3:\n",
             "movi v29.2d, #0\n",
+            "mov {n}, {nb}\n",
+            "mov {x}, {xbase}\n",
+            "mov {sx}, {sxbase}\n",
         )
     };
 }
@@ -112,7 +127,8 @@ macro_rules! narrow_setup {
 /// own sums are the difference from the last ones (exact in wrapping int32,
 /// since each is below 2^31). Then, per row and in block order, the scalar
 /// kernel's `sum += sumi · dw · dx` (no FMA); after the last block the
-/// group's rows are stored (`rows` of them).
+/// group's rows are stored (`rows` of them) and the row pointers move on to
+/// the next group (`adv`, `swadv`: four rows on, less the row just read).
 macro_rules! narrow_finish {
     () => {
         concat!(
@@ -127,8 +143,15 @@ macro_rules! narrow_finish {
             "fadd v29.4s, v29.4s, v22.4s\n",
             "subs {n}, {n}, #1\n",
             "b.ne 2b\n",
-            "whilelt p2.s, xzr, {rows}\n",
             "st1w {{z29.s}}, p2, [{y}]\n",
+            "add {y}, {y}, #16\n",
+            "add {w0}, {w0}, {adv}\n",
+            "add {w1}, {w1}, {adv}\n",
+            "add {w2}, {w2}, {adv}\n",
+            "add {w3}, {w3}, {adv}\n",
+            "add {sw}, {sw}, {swadv}\n",
+            "subs {groups}, {groups}, #1\n",
+            "b.ne 3b\n",
         )
     };
 }
@@ -237,23 +260,26 @@ macro_rules! acc_g8 {
     };
 }
 
-/// The lane indices (z13 = k, z14 = j·nb + k, j clamped to the group's last
-/// row), nb in z15, zeroed sums. `$jshift` turns lane i into j = i / G,
-/// `$k` makes k = i % G.
+/// Once per call: the lane indices at block 0 (z26 = k, z27 = j·nb + k, j
+/// clamped to the group's last row: `wide_group` copies them to z13/z14),
+/// nb in z15, zeroed int32 sums (never reset, as in the narrow steps), p4
+/// the stored rows. `$jshift` turns lane i into j = i / G, `$k` makes
+/// k = i % G.
 macro_rules! wide_setup {
     ($jshift:expr, $k:expr) => {
         concat!(
             "ptrue p0.b\n",
-            "index z13.s, #0, #1\n",
-            "mov z14.d, z13.d\n",
+            "whilelt p4.s, xzr, {rows}\n",
+            "index z26.s, #0, #1\n",
+            "mov z27.d, z26.d\n",
             $jshift,
             $k,
             "\n",
             "mov z15.s, {last:w}\n",
-            "umin z14.s, p0/m, z14.s, z15.s\n",
+            "umin z27.s, p0/m, z27.s, z15.s\n",
             "mov z15.s, {nb:w}\n",
-            "mul z14.s, p0/m, z14.s, z15.s\n",
-            "add z14.s, z14.s, z13.s\n",
+            "mul z27.s, p0/m, z27.s, z15.s\n",
+            "add z27.s, z27.s, z26.s\n",
             "mov z16.s, #0\n",
             "mov z17.s, #0\n",
             "mov z18.s, #0\n",
@@ -263,6 +289,17 @@ macro_rules! wide_setup {
             "mov z22.s, #0\n",
             "mov z23.s, #0\n",
             "mov z11.s, #0\n",
+        )
+    };
+}
+
+/// Per group: lane indices back to block 0, float sums zeroed.
+macro_rules! wide_group {
+    () => {
+        concat!(
+            "3:\n",
+            "mov z13.d, z26.d\n",
+            "mov z14.d, z27.d\n",
             "mov z28.s, #0\n",
             "mov {off}, #0\n",
         )
@@ -272,7 +309,7 @@ macro_rules! wide_setup {
 /// After the sdots: the step's block sums (difference of the cumulative
 /// reductions), their terms `sumi · dw · dx` (scales gathered for the
 /// step's blocks only: p3), added per row in block order; the loop; then
-/// the store of the group's rows.
+/// the store of the group's rows (p4) and the next group's row pointers.
 macro_rules! wide_finish {
     ($acc:expr, $g:literal) => {
         concat!(
@@ -295,20 +332,32 @@ macro_rules! wide_finish {
             "incb {off}\n",
             "cmp {off}, {nbytes}\n",
             "b.lo 2b\n",
-            "whilelt p3.s, xzr, {rows}\n",
-            "st1w {{z28.s}}, p3, [{y}]\n",
+            "st1w {{z28.s}}, p4, [{y}]\n",
+            "add {y}, {y}, #32\n",
+            "add {w0}, {w0}, {adv}\n",
+            "add {w1}, {w1}, {adv}\n",
+            "add {w2}, {w2}, {adv}\n",
+            "add {w3}, {w3}, {adv}\n",
+            "add {w4}, {w4}, {adv}\n",
+            "add {w5}, {w5}, {adv}\n",
+            "add {w6}, {w6}, {adv}\n",
+            "add {w7}, {w7}, {adv}\n",
+            "add {sw}, {sw}, {swadv}\n",
+            "subs {groups}, {groups}, #1\n",
+            "b.ne 3b\n",
         )
     };
 }
 
 macro_rules! wide_asm {
-    (q8, $w:ident, $x:ident, $sx:ident, $sw:ident, $y:ident, $rows:ident, $nb:ident, $jshift:expr, $k:expr, $acc:expr, $g:literal) => {
-        // SAFETY: reads 32·nb bytes at x and at each w[j] (predicated:
-        // nothing past them), and only the scales of blocks < nb (p3) of
-        // the group's rows; writes `rows` floats at y and only the declared
-        // registers.
+    (q8, $m:ident, $jshift:expr, $k:expr, $acc:expr, $g:literal) => {
+        // SAFETY: per group, reads 32·nb bytes at x and at each w[j]
+        // (predicated: nothing past them), and only the scales of blocks
+        // < nb (p3) of the group's rows; writes `rows` floats at y and only
+        // the declared registers. `Wide::new` made every pointer.
         asm!(
             wide_setup!($jshift, $k),
+            wide_group!(),
             "2:",
             "whilelt p1.b, {off}, {nbytes}",
             "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
@@ -329,38 +378,41 @@ macro_rules! wide_asm {
             "sdot z22.s, z7.b, z0.b",
             "sdot z23.s, z8.b, z0.b",
             wide_finish!($acc, $g),
-            x = in(reg) $x,
-            w0 = in(reg) $w[0],
-            w1 = in(reg) $w[1],
-            w2 = in(reg) $w[2],
-            w3 = in(reg) $w[3],
-            w4 = in(reg) $w[4],
-            w5 = in(reg) $w[5],
-            w6 = in(reg) $w[6],
-            w7 = in(reg) $w[7],
-            sx = in(reg) $sx,
-            sw = in(reg) $sw,
-            y = in(reg) $y,
-            rows = in(reg) $rows,
-            last = in(reg) $rows - 1,
-            nb = in(reg) $nb,
-            nbytes = in(reg) $nb * QK,
+            x = in(reg) $m.x,
+            w0 = inout(reg) $m.w[0] => _,
+            w1 = inout(reg) $m.w[1] => _,
+            w2 = inout(reg) $m.w[2] => _,
+            w3 = inout(reg) $m.w[3] => _,
+            w4 = inout(reg) $m.w[4] => _,
+            w5 = inout(reg) $m.w[5] => _,
+            w6 = inout(reg) $m.w[6] => _,
+            w7 = inout(reg) $m.w[7] => _,
+            sx = in(reg) $m.sx,
+            sw = inout(reg) $m.sw => _,
+            y = inout(reg) $m.y => _,
+            groups = inout(reg) $m.groups => _,
+            adv = in(reg) $m.adv,
+            swadv = in(reg) $m.swadv,
+            rows = in(reg) $m.rows,
+            last = in(reg) $m.rows - 1,
+            nb = in(reg) $m.nb,
+            nbytes = in(reg) $m.nb * QK,
             off = out(reg) _,
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
             out("v5") _, out("v6") _, out("v7") _, out("v8") _,
             out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
             out("v16") _, out("v17") _, out("v18") _, out("v19") _,
             out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-            out("v24") _, out("v25") _, out("v28") _,
-            out("p0") _, out("p1") _, out("p3") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
+            out("p0") _, out("p1") _, out("p3") _, out("p4") _,
             options(nostack)
         )
     };
-    (q4, $w:ident, $x:ident, $sx:ident, $sw:ident, $y:ident, $rows:ident, $nb:ident, $jshift:expr, $k:expr, $acc:expr, $g:literal) => {
-        // SAFETY: reads 32·nb bytes at x and 16·nb at each w[j]
-        // (predicated: nothing past them), and only the scales of blocks
-        // < nb (p3) of the group's rows; writes `rows` floats at y and only
-        // the declared registers.
+    (q4, $m:ident, $jshift:expr, $k:expr, $acc:expr, $g:literal) => {
+        // SAFETY: per group, reads 32·nb bytes at x and 16·nb at each
+        // w[j] (predicated: nothing past them), and only the scales of
+        // blocks < nb (p3) of the group's rows; writes `rows` floats at y
+        // and only the declared registers. `Wide::new` made every pointer.
         asm!(
             wide_setup!($jshift, $k),
             // z9: the activation permutation pairing byte 2i of a block
@@ -379,6 +431,7 @@ macro_rules! wide_asm {
             "mov z24.d, z10.d",
             "lsl z24.b, z24.b, #2",
             "add z9.b, z9.b, z24.b",
+            wide_group!(),
             "mov {offq}, #0",
             "2:",
             "whilelt p1.b, {off}, {nbytes}",
@@ -403,23 +456,26 @@ macro_rules! wide_asm {
             "sdot z23.s, z8.b, z0.b",
             "inch {offq}",
             wide_finish!($acc, $g),
-            x = in(reg) $x,
-            w0 = in(reg) $w[0],
-            w1 = in(reg) $w[1],
-            w2 = in(reg) $w[2],
-            w3 = in(reg) $w[3],
-            w4 = in(reg) $w[4],
-            w5 = in(reg) $w[5],
-            w6 = in(reg) $w[6],
-            w7 = in(reg) $w[7],
-            sx = in(reg) $sx,
-            sw = in(reg) $sw,
-            y = in(reg) $y,
-            rows = in(reg) $rows,
-            last = in(reg) $rows - 1,
-            nb = in(reg) $nb,
-            nbytes = in(reg) $nb * QK,
-            qbytes = in(reg) $nb * Q4_BLOCK_BYTES,
+            x = in(reg) $m.x,
+            w0 = inout(reg) $m.w[0] => _,
+            w1 = inout(reg) $m.w[1] => _,
+            w2 = inout(reg) $m.w[2] => _,
+            w3 = inout(reg) $m.w[3] => _,
+            w4 = inout(reg) $m.w[4] => _,
+            w5 = inout(reg) $m.w[5] => _,
+            w6 = inout(reg) $m.w[6] => _,
+            w7 = inout(reg) $m.w[7] => _,
+            sx = in(reg) $m.sx,
+            sw = inout(reg) $m.sw => _,
+            y = inout(reg) $m.y => _,
+            groups = inout(reg) $m.groups => _,
+            adv = in(reg) $m.adv,
+            swadv = in(reg) $m.swadv,
+            rows = in(reg) $m.rows,
+            last = in(reg) $m.rows - 1,
+            nb = in(reg) $m.nb,
+            nbytes = in(reg) $m.nb * QK,
+            qbytes = in(reg) $m.nb * Q4_BLOCK_BYTES,
             off = out(reg) _,
             offq = out(reg) _,
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
@@ -427,8 +483,8 @@ macro_rules! wide_asm {
             out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
             out("v16") _, out("v17") _, out("v18") _, out("v19") _,
             out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-            out("v24") _, out("v25") _, out("v28") _,
-            out("p0") _, out("p1") _, out("p2") _, out("p3") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
+            out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _,
             options(nostack)
         )
     };
@@ -441,11 +497,33 @@ macro_rules! wide_asm {
 macro_rules! q4_row {
     ($z:literal, $w:literal) => {
         concat!(
-            "ld1b {{", $z, ".h}}, p2/z, [{", $w, "}, {offq}]\n",
-            "trn1 ", $z, ".b, ", $z, ".b, ", $z, ".b\n",
-            "lsr ", $z, ".b, p0/m, ", $z, ".b, z10.b\n",
-            "and ", $z, ".b, ", $z, ".b, #15\n",
-            "sub ", $z, ".b, ", $z, ".b, #8\n",
+            "ld1b {{",
+            $z,
+            ".h}}, p2/z, [{",
+            $w,
+            "}, {offq}]\n",
+            "trn1 ",
+            $z,
+            ".b, ",
+            $z,
+            ".b, ",
+            $z,
+            ".b\n",
+            "lsr ",
+            $z,
+            ".b, p0/m, ",
+            $z,
+            ".b, z10.b\n",
+            "and ",
+            $z,
+            ".b, ",
+            $z,
+            ".b, #15\n",
+            "sub ",
+            $z,
+            ".b, ",
+            $z,
+            ".b, #8\n",
         )
     };
 }
@@ -514,6 +592,22 @@ impl Matvec {
         self.wq.wrapping_add((r + j.min(rows - 1)) * self.stride)
     }
 
+    /// Whole groups of `n` rows from r0 on, then one group of the rows left
+    /// (its last row repeated in the spare slots, only its own rows stored).
+    /// `run(r, rows, groups)` computes `groups` groups of `rows` rows from
+    /// row r.
+    #[inline(always)]
+    fn groups(&self, n: usize, mut run: impl FnMut(usize, usize, usize)) {
+        let full = (self.r1 - self.r0) / n;
+        if full > 0 {
+            run(self.r0, n, full);
+        }
+        let r = self.r0 + full * n;
+        if r < self.r1 {
+            run(r, self.r1 - r, 1);
+        }
+    }
+
     /// Four rows at a time, one block per step, in 128-bit registers (the
     /// whole vector at VL = 128; at other lengths the low 128 bits, which
     /// NEON's loads zero above).
@@ -521,23 +615,28 @@ impl Matvec {
     /// Safety: SVE; the operands passed `check_matvec`, nb ≥ 1.
     #[target_feature(enable = "sve")]
     unsafe fn narrow<const Q4: bool>(&self) {
-        let mut r = self.r0;
-        while r < self.r1 {
-            let rows = (self.r1 - r).min(4);
+        let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+        // After a group's row, its pointers are one row on: four rows on
+        // from the group's start is this much further.
+        let adv = 4 * self.stride - self.nb * bb;
+        let swadv = 3 * self.nb * 4;
+        self.groups(4, |r, rows, groups| {
             // Row j's scales are offs[j] floats from row r's.
             let offs: [u32; 4] = std::array::from_fn(|j| (j.min(rows - 1) * self.nb) as u32);
             let offs = std::arch::aarch64::vld1q_u32(offs.as_ptr());
-            let (w0, w1, w2, w3) = (self.row(r, rows, 0), self.row(r, rows, 1), self.row(r, rows, 2), self.row(r, rows, 3));
-            let (x, sx, sw, y) = (self.xq, self.xd, self.wd.add(r * self.nb), self.y.add(r - self.r0));
+            let w: [*const u8; 4] = std::array::from_fn(|j| self.row(r, rows, j));
+            let (sw, y) = (self.wd.add(r * self.nb), self.y.add(r - self.r0));
             if Q4 {
-                // SAFETY: reads nb blocks of 16 bytes from each w_j, nb
-                // blocks of 32 bytes at x, nb scales at sx and at sw + offs[j]
-                // (rows the caller's range holds); writes `rows` floats at y.
+                // SAFETY: per group, reads nb blocks of 16 bytes from each
+                // w_j, nb blocks of 32 bytes at x, nb scales at sx and at
+                // sw + offs[j] (rows the caller's range holds); writes `rows`
+                // floats at y.
                 asm!(
                     narrow_setup!(),
                     "movi v27.16b, #0x0f",
                     "movi v24.16b, #0xf8",
                     "movi v23.2d, #0",
+                    narrow_group!(),
                     "2:",
                     "ldp q0, q1, [{x}], #32",
                     "ldr q2, [{w0}], #16",
@@ -571,16 +670,22 @@ impl Matvec {
                     "addp v22.4s, v22.4s, v22.4s",
                     "add v20.4s, v20.4s, v22.4s",
                     narrow_finish!(),
-                    x = inout(reg) x => _,
-                    w0 = inout(reg) w0 => _,
-                    w1 = inout(reg) w1 => _,
-                    w2 = inout(reg) w2 => _,
-                    w3 = inout(reg) w3 => _,
-                    sx = inout(reg) sx => _,
+                    x = out(reg) _,
+                    xbase = in(reg) self.xq,
+                    w0 = inout(reg) w[0] => _,
+                    w1 = inout(reg) w[1] => _,
+                    w2 = inout(reg) w[2] => _,
+                    w3 = inout(reg) w[3] => _,
+                    sx = out(reg) _,
+                    sxbase = in(reg) self.xd,
                     sw = inout(reg) sw => _,
-                    n = inout(reg) self.nb => _,
+                    n = out(reg) _,
+                    nb = in(reg) self.nb,
                     rows = in(reg) rows,
-                    y = in(reg) y,
+                    y = inout(reg) y => _,
+                    groups = inout(reg) groups => _,
+                    adv = in(reg) adv,
+                    swadv = in(reg) swadv,
                     in("v25") offs,
                     out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
                     out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
@@ -594,6 +699,7 @@ impl Matvec {
                 // SAFETY: as above, with 32-byte weight blocks.
                 asm!(
                     narrow_setup!(),
+                    narrow_group!(),
                     "2:",
                     "ldp q0, q1, [{x}], #32",
                     "ldp q2, q3, [{w0}], #32",
@@ -612,16 +718,22 @@ impl Matvec {
                     "addp v22.4s, v18.4s, v19.4s",
                     "addp v20.4s, v20.4s, v22.4s",
                     narrow_finish!(),
-                    x = inout(reg) x => _,
-                    w0 = inout(reg) w0 => _,
-                    w1 = inout(reg) w1 => _,
-                    w2 = inout(reg) w2 => _,
-                    w3 = inout(reg) w3 => _,
-                    sx = inout(reg) sx => _,
+                    x = out(reg) _,
+                    xbase = in(reg) self.xq,
+                    w0 = inout(reg) w[0] => _,
+                    w1 = inout(reg) w[1] => _,
+                    w2 = inout(reg) w[2] => _,
+                    w3 = inout(reg) w[3] => _,
+                    sx = out(reg) _,
+                    sxbase = in(reg) self.xd,
                     sw = inout(reg) sw => _,
-                    n = inout(reg) self.nb => _,
+                    n = out(reg) _,
+                    nb = in(reg) self.nb,
                     rows = in(reg) rows,
-                    y = in(reg) y,
+                    y = inout(reg) y => _,
+                    groups = inout(reg) groups => _,
+                    adv = in(reg) adv,
+                    swadv = in(reg) swadv,
                     in("v25") offs,
                     out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
                     out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
@@ -631,8 +743,7 @@ impl Matvec {
                     options(nostack)
                 );
             }
-            r += rows;
-        }
+        });
     }
 
     /// Eight rows at a time, G = VL/256 blocks per step (VL a power of two,
@@ -642,24 +753,45 @@ impl Matvec {
     /// `check_matvec`, nb ≥ 1.
     #[target_feature(enable = "sve")]
     unsafe fn wide<const Q4: bool, const G: usize>(&self) {
-        let nb = self.nb;
-        let mut r = self.r0;
-        while r < self.r1 {
-            let rows = (self.r1 - r).min(8);
-            let w: [*const u8; 8] = std::array::from_fn(|j| self.row(r, rows, j));
-            let (x, sx, sw, y) = (self.xq, self.xd, self.wd.add(r * nb), self.y.add(r - self.r0));
+        self.groups(8, |r, rows, groups| {
+            let m = Wide {
+                x: self.xq,
+                w: std::array::from_fn(|j| self.row(r, rows, j)),
+                sx: self.xd,
+                sw: self.wd.add(r * self.nb),
+                y: self.y.add(r - self.r0),
+                groups,
+                adv: 8 * self.stride,
+                swadv: 8 * self.nb * 4,
+                rows,
+                nb: self.nb,
+            };
             match (Q4, G) {
-                (false, 1) => wide_asm!(q8, w, x, sx, sw, y, rows, nb, "", "mov z13.s, #0", acc_g1!(), "1"),
-                (false, 2) => wide_asm!(q8, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #1\n", "and z13.s, z13.s, #1", acc_g2!(), "2"),
-                (false, 4) => wide_asm!(q8, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #2\n", "and z13.s, z13.s, #3", acc_g4!(), "4"),
-                (false, _) => wide_asm!(q8, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #3\n", "and z13.s, z13.s, #7", acc_g8!(), "8"),
-                (true, 1) => wide_asm!(q4, w, x, sx, sw, y, rows, nb, "", "mov z13.s, #0", acc_g1!(), "1"),
-                (true, 2) => wide_asm!(q4, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #1\n", "and z13.s, z13.s, #1", acc_g2!(), "2"),
-                (true, 4) => wide_asm!(q4, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #2\n", "and z13.s, z13.s, #3", acc_g4!(), "4"),
-                (true, _) => wide_asm!(q4, w, x, sx, sw, y, rows, nb, "lsr z14.s, z14.s, #3\n", "and z13.s, z13.s, #7", acc_g8!(), "8"),
+                (false, 1) => wide_asm!(q8, m, "", "mov z26.s, #0", acc_g1!(), "1"),
+                (false, 2) => wide_asm!(q8, m, "lsr z27.s, z27.s, #1\n", "and z26.s, z26.s, #1", acc_g2!(), "2"),
+                (false, 4) => wide_asm!(q8, m, "lsr z27.s, z27.s, #2\n", "and z26.s, z26.s, #3", acc_g4!(), "4"),
+                (false, _) => wide_asm!(q8, m, "lsr z27.s, z27.s, #3\n", "and z26.s, z26.s, #7", acc_g8!(), "8"),
+                (true, 1) => wide_asm!(q4, m, "", "mov z26.s, #0", acc_g1!(), "1"),
+                (true, 2) => wide_asm!(q4, m, "lsr z27.s, z27.s, #1\n", "and z26.s, z26.s, #1", acc_g2!(), "2"),
+                (true, 4) => wide_asm!(q4, m, "lsr z27.s, z27.s, #2\n", "and z26.s, z26.s, #3", acc_g4!(), "4"),
+                (true, _) => wide_asm!(q4, m, "lsr z27.s, z27.s, #3\n", "and z26.s, z26.s, #7", acc_g8!(), "8"),
             }
-            r += rows;
-        }
+        });
     }
 }
 
+/// One wide asm call's operands: `groups` groups of `rows` rows, the first
+/// group's row pointers; each next group is `adv` weight bytes and `swadv`
+/// scale bytes on.
+struct Wide {
+    x: *const i8,
+    w: [*const u8; 8],
+    sx: *const f32,
+    sw: *const f32,
+    y: *mut f32,
+    groups: usize,
+    adv: usize,
+    swadv: usize,
+    rows: usize,
+    nb: usize,
+}
