@@ -528,6 +528,263 @@ macro_rules! q4_row {
     };
 }
 
+// ---------------------------------------------------------------------------
+// Wide Q4 over two vectors of activation per step (VL 256 and 512, whole
+// groups of eight rows). A row's VL packed bytes (2G blocks) are unpacked
+// where they lie: & 0x0F gives elements 0–15 of each block, >> 4 elements
+// 16–31, each block in 16 bytes, i.e. four int32 lanes; the activation's
+// halves are gathered to match (compact of its low or high 16-byte halves,
+// then splice of the two vectors). So a row costs one load, four unpacking
+// instructions and two sdots per 2G blocks, and the sums need two uzp rounds:
+// z12 ← rows 0–3, z30 ← rows 4–7, lane j·2G + k for block b0 + k.
+// Registers as in the wide steps, and: z9 the second activation vector,
+// z29 the previous reduction of rows 4–7, z10 their float sums; p5 the
+// second vector's bytes, p4 the low half of a vector, p6/p7 the low/high
+// 16-byte halves of each 32 (as doublewords).
+
+/// One row: packed bytes → two vectors of nibbles − 8, dotted with the
+/// matching activation halves (z1: elements 0–15 of each block, z2: 16–31).
+macro_rules! q4_pair_row {
+    ($lo:literal, $hi:literal, $w:literal, $acc:literal) => {
+        concat!(
+            "ld1b {{",
+            $lo,
+            ".b}}, p2/z, [{",
+            $w,
+            "}, {offq}]\n",
+            "lsr ",
+            $hi,
+            ".b, ",
+            $lo,
+            ".b, #4\n",
+            "and ",
+            $lo,
+            ".b, ",
+            $lo,
+            ".b, #15\n",
+            "sub ",
+            $lo,
+            ".b, ",
+            $lo,
+            ".b, #8\n",
+            "sub ",
+            $hi,
+            ".b, ",
+            $hi,
+            ".b, #8\n",
+            "sdot ",
+            $acc,
+            ".s, ",
+            $lo,
+            ".b, z1.b\n",
+            "sdot ",
+            $acc,
+            ".s, ",
+            $hi,
+            ".b, z2.b\n",
+        )
+    };
+}
+
+// The float sums of a pair step, as acc_g1/acc_g2 for 2G = 2 and 4 blocks
+// per row and four rows per vector: z28 += z12's, z10 += z30's.
+macro_rules! acc_pair_g1 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z12.s, z12.s\n",
+            "uzp2 z2.s, z12.s, z12.s\n",
+            "fadd z28.s, z28.s, z1.s\n",
+            "fadd z28.s, z28.s, z2.s\n",
+            "uzp1 z1.s, z30.s, z30.s\n",
+            "uzp2 z2.s, z30.s, z30.s\n",
+            "fadd z10.s, z10.s, z1.s\n",
+            "fadd z10.s, z10.s, z2.s\n",
+        )
+    };
+}
+macro_rules! acc_pair_g2 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z12.s, z12.s\n", // k = 0, 2
+            "uzp2 z2.s, z12.s, z12.s\n", // k = 1, 3
+            "uzp1 z3.s, z1.s, z1.s\n",
+            "uzp2 z4.s, z1.s, z1.s\n",
+            "uzp1 z5.s, z2.s, z2.s\n",
+            "uzp2 z6.s, z2.s, z2.s\n",
+            "fadd z28.s, z28.s, z3.s\n",
+            "fadd z28.s, z28.s, z5.s\n",
+            "fadd z28.s, z28.s, z4.s\n",
+            "fadd z28.s, z28.s, z6.s\n",
+            "uzp1 z1.s, z30.s, z30.s\n",
+            "uzp2 z2.s, z30.s, z30.s\n",
+            "uzp1 z3.s, z1.s, z1.s\n",
+            "uzp2 z4.s, z1.s, z1.s\n",
+            "uzp1 z5.s, z2.s, z2.s\n",
+            "uzp2 z6.s, z2.s, z2.s\n",
+            "fadd z10.s, z10.s, z3.s\n",
+            "fadd z10.s, z10.s, z5.s\n",
+            "fadd z10.s, z10.s, z4.s\n",
+            "fadd z10.s, z10.s, z6.s\n",
+        )
+    };
+}
+
+macro_rules! q4_pair_asm {
+    ($m:ident, $jshift:literal, $kmask:literal, $acc:expr, $b:literal) => {
+        // SAFETY: per group (eight whole rows), reads 32·nb bytes at x and
+        // 16·nb at each w[j] (predicated: nothing past them), and only the
+        // scales of blocks < nb (p3) of the group's rows (sw, and sw4 four
+        // rows on); writes eight floats at y and only the declared
+        // registers. `Wide` holds pointers `wide` made.
+        asm!(
+            "ptrue p0.b",
+            "index z26.s, #0, #1",
+            "mov z27.d, z26.d",
+            $jshift,
+            $kmask,
+            "mov z15.s, {nb:w}",
+            "mul z27.s, p0/m, z27.s, z15.s",
+            "add z27.s, z27.s, z26.s",
+            "mov z16.s, #0",
+            "mov z17.s, #0",
+            "mov z18.s, #0",
+            "mov z19.s, #0",
+            "mov z20.s, #0",
+            "mov z21.s, #0",
+            "mov z22.s, #0",
+            "mov z23.s, #0",
+            "mov z11.s, #0",
+            "mov z29.s, #0",
+            "cnth {off}",
+            "whilelt p4.b, xzr, {off}",
+            "index z1.d, #0, #1",
+            "and z1.d, z1.d, #2",
+            "cmpeq p6.d, p0/z, z1.d, #0",
+            "cmpne p7.d, p0/z, z1.d, #0",
+            "3:",
+            "mov z13.d, z26.d",
+            "mov z14.d, z27.d",
+            "mov z28.s, #0",
+            "mov z10.s, #0",
+            "mov {off}, #0",
+            "cntb {off2}",
+            "mov {offq}, #0",
+            "2:",
+            "whilelt p1.b, {off}, {nbytes}",
+            "whilelt p5.b, {off2}, {nbytes}",
+            "whilelt p2.b, {offq}, {qbytes}",
+            "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
+            "ld1b {{z9.b}}, p5/z, [{x}, {off2}]",
+            "compact z1.d, p6, z0.d",
+            "compact z2.d, p7, z0.d",
+            "compact z3.d, p6, z9.d",
+            "compact z4.d, p7, z9.d",
+            "splice z1.b, p4, z1.b, z3.b",
+            "splice z2.b, p4, z2.b, z4.b",
+            q4_pair_row!("z3", "z4", "w0", "z16"),
+            q4_pair_row!("z5", "z6", "w1", "z17"),
+            q4_pair_row!("z7", "z8", "w2", "z18"),
+            q4_pair_row!("z0", "z9", "w3", "z19"),
+            q4_pair_row!("z3", "z4", "w4", "z20"),
+            q4_pair_row!("z5", "z6", "w5", "z21"),
+            q4_pair_row!("z7", "z8", "w6", "z22"),
+            q4_pair_row!("z0", "z9", "w7", "z23"),
+            // Two uzp rounds (a block is four lanes): rows 0–3 in z2,
+            // rows 4–7 in z6.
+            "uzp1 z1.s, z16.s, z17.s",
+            "uzp2 z2.s, z16.s, z17.s",
+            "add z1.s, z1.s, z2.s",
+            "uzp1 z3.s, z18.s, z19.s",
+            "uzp2 z4.s, z18.s, z19.s",
+            "add z3.s, z3.s, z4.s",
+            "uzp1 z5.s, z20.s, z21.s",
+            "uzp2 z6.s, z20.s, z21.s",
+            "add z5.s, z5.s, z6.s",
+            "uzp1 z7.s, z22.s, z23.s",
+            "uzp2 z8.s, z22.s, z23.s",
+            "add z7.s, z7.s, z8.s",
+            "uzp1 z2.s, z1.s, z3.s",
+            "uzp2 z4.s, z1.s, z3.s",
+            "add z2.s, z2.s, z4.s",
+            "uzp1 z6.s, z5.s, z7.s",
+            "uzp2 z8.s, z5.s, z7.s",
+            "add z6.s, z6.s, z8.s",
+            "sub z12.s, z2.s, z11.s",
+            "mov z11.d, z2.d",
+            "sub z30.s, z6.s, z29.s",
+            "mov z29.d, z6.d",
+            "scvtf z12.s, p0/m, z12.s",
+            "scvtf z30.s, p0/m, z30.s",
+            "cmphi p3.s, p0/z, z15.s, z13.s",
+            "ld1w {{z24.s}}, p3/z, [{sw}, z14.s, uxtw #2]",
+            "ld1w {{z25.s}}, p3/z, [{sx}, z13.s, uxtw #2]",
+            "fmul z12.s, z12.s, z24.s",
+            "fmul z12.s, z12.s, z25.s",
+            "ld1w {{z24.s}}, p3/z, [{sw4}, z14.s, uxtw #2]",
+            "fmul z30.s, z30.s, z24.s",
+            "fmul z30.s, z30.s, z25.s",
+            $acc,
+            concat!("add z13.s, z13.s, #", $b),
+            concat!("add z14.s, z14.s, #", $b),
+            "incb {off}, all, mul #2",
+            "incb {off2}, all, mul #2",
+            "incb {offq}",
+            "cmp {off}, {nbytes}",
+            "b.lo 2b",
+            // Rows 0–3 then 4–7 into lanes 0–7, stored.
+            "ptrue p1.s, vl4",
+            "splice z28.s, p1, z28.s, z10.s",
+            "ptrue p1.s, vl8",
+            "st1w {{z28.s}}, p1, [{y}]",
+            "add {y}, {y}, #32",
+            "add {w0}, {w0}, {adv}",
+            "add {w1}, {w1}, {adv}",
+            "add {w2}, {w2}, {adv}",
+            "add {w3}, {w3}, {adv}",
+            "add {w4}, {w4}, {adv}",
+            "add {w5}, {w5}, {adv}",
+            "add {w6}, {w6}, {adv}",
+            "add {w7}, {w7}, {adv}",
+            "add {sw}, {sw}, {swadv}",
+            "add {sw4}, {sw4}, {swadv}",
+            "subs {groups}, {groups}, #1",
+            "b.ne 3b",
+            x = in(reg) $m.x,
+            w0 = inout(reg) $m.w[0] => _,
+            w1 = inout(reg) $m.w[1] => _,
+            w2 = inout(reg) $m.w[2] => _,
+            w3 = inout(reg) $m.w[3] => _,
+            w4 = inout(reg) $m.w[4] => _,
+            w5 = inout(reg) $m.w[5] => _,
+            w6 = inout(reg) $m.w[6] => _,
+            w7 = inout(reg) $m.w[7] => _,
+            sx = in(reg) $m.sx,
+            sw = inout(reg) $m.sw => _,
+            sw4 = inout(reg) $m.sw.wrapping_add(4 * $m.nb) => _,
+            y = inout(reg) $m.y => _,
+            groups = inout(reg) $m.groups => _,
+            adv = in(reg) $m.adv,
+            swadv = in(reg) $m.swadv,
+            nb = in(reg) $m.nb,
+            nbytes = in(reg) $m.nb * QK,
+            qbytes = in(reg) $m.nb * Q4_BLOCK_BYTES,
+            off = out(reg) _,
+            off2 = out(reg) _,
+            offq = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _, out("v10") _,
+            out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
+            out("v29") _, out("v30") _,
+            out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _,
+            out("p5") _, out("p6") _, out("p7") _,
+            options(nostack)
+        )
+    };
+}
+
 /// Picks the matvec for this CPU's vector length: the wide one (eight rows,
 /// G = VL/256 blocks per step) when VL is a power of two of 256 bits or
 /// more, else the narrow one (four rows, one block per step, 128-bit).
@@ -754,6 +1011,9 @@ impl Matvec {
     #[target_feature(enable = "sve")]
     unsafe fn wide<const Q4: bool, const G: usize>(&self) {
         self.groups(8, |r, rows, groups| {
+            // Whole Q4 groups at VL 256 and 512 take two activation
+            // vectors per step (`q4_pair_asm`); the rest one.
+            let pair = Q4 && G <= 2 && rows == 8;
             let m = Wide {
                 x: self.xq,
                 w: std::array::from_fn(|j| self.row(r, rows, j)),
@@ -767,6 +1027,12 @@ impl Matvec {
                 nb: self.nb,
             };
             match (Q4, G) {
+                (true, 1) if pair => {
+                    q4_pair_asm!(m, "lsr z27.s, z27.s, #1", "and z26.s, z26.s, #1", acc_pair_g1!(), "2")
+                }
+                (true, 2) if pair => {
+                    q4_pair_asm!(m, "lsr z27.s, z27.s, #2", "and z26.s, z26.s, #3", acc_pair_g2!(), "4")
+                }
                 (false, 1) => wide_asm!(q8, m, "", "mov z26.s, #0", acc_g1!(), "1"),
                 (false, 2) => wide_asm!(q8, m, "lsr z27.s, z27.s, #1\n", "and z26.s, z26.s, #1", acc_g2!(), "2"),
                 (false, 4) => wide_asm!(q8, m, "lsr z27.s, z27.s, #2\n", "and z26.s, z26.s, #3", acc_g4!(), "4"),
