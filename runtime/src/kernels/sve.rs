@@ -1,50 +1,66 @@
 //! SVE tier (AArch64 only): A64FX, Graviton3, Neoverse V1/N2/V2 and later.
-//! Implements the two matvecs, vector-length agnostic; everything else is
-//! the NEON tier's (bound, not re-implemented: the float kernels are
-//! load-bound at the model's sizes).
+//! Implements the two matvecs; everything else is the NEON tier's (bound,
+//! not re-implemented: the float kernels are load-bound at the model's
+//! sizes).
 //!
 //! This tier deliberately does not use the neon_dotprod module: SVE does
 //! not imply FEAT_DotProd (qemu's a64fx model has SVE without it), and
 //! SVE's own `sdot z.s, z.b, z.b` is part of base SVE. So the guard checks
 //! asimd and sve only.
 //!
-//! SVE has no stable intrinsics: each step is one `asm!` block inside a
-//! function compiled with `#[target_feature(enable = "sve")]`. The blocks
-//! use z0–z7, z16–z27 (declared through their overlapping v registers) and
-//! p0–p3 as clobbers; the four row sums live in v28–v31.
+//! SVE has no stable intrinsics: each matvec call runs `asm!` blocks (one
+//! for its whole four- or eight-row groups, one for a last group of fewer
+//! rows) inside functions compiled with `#[target_feature(enable = "sve")]`;
+//! the z registers are declared as clobbers through their overlapping v
+//! registers, the p registers by name.
 //!
-//! Integer dot (spec §5), per step of G = max(1, VL/256) blocks and four
-//! rows:
-//! 1. a `whilelt` loop over the step's 32·G bytes, one vector of bytes per
-//!    iteration (two iterations at VL = 128, one at VL ≥ 256), loads each
-//!    activation chunk once and `sdot`s it with each row's chunk into that
-//!    row's int32 accumulator: lane i holds bytes 4i..4i+4 (at VL = 128 the
-//!    second half-block adds onto the first);
-//! 2. three rounds of `uzp1`/`uzp2` against a zero vector add lanes 2k and
-//!    2k+1 into lane k, so lane k ends up holding block k's int32 sum at
-//!    every vector length: blocks start at multiples of 8 lanes, inactive
-//!    bytes were loaded as zeros, and the zero operand fills the upper half
-//!    (uzp of a vector with itself would repeat it, and at VL = 128, where 4
-//!    lanes already hold a whole block, the third round would double it);
-//! 3. the block sums are converted, multiplied by the row's and the
-//!    activation's block scales (`ld1w` under a `whilelt` over G blocks) and
-//!    added to the row sum with `fadda`, which adds the lanes strictly in
-//!    order: the scalar kernel's `sum += sumi · dw · dx`, block after block.
+//! Integer dot (spec §5). Which code runs depends on the vector length
+//! (`cntb`), chosen per call:
+//! * VL = 128, or any length that is not a power of two (the *narrow*
+//!   steps): four rows, one block per step in 128-bit registers, as the
+//!   dotprod tier does, with SVE's `sdot` on the z registers instead of
+//!   FEAT_DotProd's, and NEON's `addp` (base AArch64) to add each row's four
+//!   lanes: three `addp` for four rows; two blocks per loop iteration. Q4
+//!   unpacks with & 0x0F and >> 4 only: the − 8 of every nibble is one
+//!   shared −8·Σx per block (an `sdot` of the activation with −8), added
+//!   once to the four rows' sums.
+//! * VL = 256·G with G = 1, 2, 4, 8 (the *wide* steps): eight rows, G blocks
+//!   per step, one predicated load of each row's 32·G bytes and one `sdot`;
+//!   three rounds of `uzp1`/`uzp2` + add for the eight rows together leave
+//!   row j's block b0 + k in lane j·G + k (a block is eight lanes at every
+//!   length). Q4 loads each row's packed bytes zero-extended into
+//!   halfwords, copies each into both bytes (`trn1`), shifts the odd ones
+//!   by 4, & 0x0F − 8, against an activation permuted once per step (`tbl`)
+//!   to pair byte 2i with element i and 2i + 1 with element 16 + i. Whole Q4
+//!   groups at VL 256 and 512 instead take 2G blocks per step: a row's VL
+//!   packed bytes unpacked where they lie (& 0x0F: elements 0–15 of each
+//!   block, >> 4: 16–31, each block four lanes), the activation's halves
+//!   gathered to match (`compact`, `splice`), two `uzp` rounds.
 //!
-//! So every result is bit-identical to the scalar kernel's at every vector
-//! length, and a row never depends on the step size or on its neighbours.
-//! Q4 weights are unpacked in-register: `tbl` gathers each output byte's
-//! packed byte, a per-lane shift (0 or 4) picks its nibble, then & 0x0F − 8.
+//! In both, the int32 sums are never reset: each block's (or step's) sums
+//! are the difference between two reductions of the running sums, exact in
+//! wrapping int32 since each is below 2^31, which saves resetting the
+//! accumulators every block. Each term is then converted, multiplied by the
+//! row's scale and the activation's (gathered: `ld1w` with vector offsets,
+//! predicated on the blocks < nb) as the scalar kernel does, `sumi · dw ·
+//! dx` with no FMA, and added to the row's float sum in block order: in the
+//! wide steps rounds of `uzp1`/`uzp2` of the terms with themselves bring
+//! block k's lanes down to lanes j, added for k = 0, 1, …. Lanes past the
+//! last block add +0.0, which changes no sum (a sum of +0.0 and other
+//! terms is never −0.0). So every result is bit-identical to the scalar
+//! kernel's at every vector length.
 //!
-//! Rows come four at a time; a last group of one to three rows runs the
-//! same four-row step with its last row repeated in the spare slots (and
-//! stores only its own rows), so there is no separate tail code to drift.
+//! A last group of fewer rows repeats its last row in the spare slots and
+//! stores only its own rows (predicated `st1w`), so there is no separate
+//! tail code to drift.
 //!
-//! Cost, unmeasured (qemu timings are functional only): the reduction is
-//! nine instructions per row and step whatever G is, so it is amortised over
-//! 2 blocks at VL = 512 (A64FX) and 8 at 2048, but not at VL = 256
-//! (Graviton3), where a per-block `saddv` would be cheaper. That is a
-//! tuning choice to make on real hardware; correctness does not depend on it.
+//! Cost, in guest instructions per decoded token under qemu (`ml gen --dim
+//! 256 --hidden 512 --vocab 4096 --layers 4`, Q8_0 / Q4_0; the whole token,
+//! not only the matvecs): neon-dotprod 1.61 M / 1.80 M; this tier at VL 128
+//! 1.28 M / 1.39 M, 256 1.25 M / 1.08 M, 512 0.92 M / 0.74 M, 2048 0.67 M /
+//! 0.49 M (before: 3.70 M at 128, 2.03 M at 512 for Q8_0). Per row and
+//! block of Q8_0 the matvec costs about 7 instructions at VL 128 and 256,
+//! against the dotprod tier's 10.
 
 use std::arch::asm;
 
@@ -88,70 +104,193 @@ pub unsafe fn vector_bytes() -> usize {
 
 // ---------------------------------------------------------------------------
 // Narrow (128-bit) steps. Registers: v0–v1 the activation block, v2–v9 the
-// weights, v16–v19 the four rows' int32 sums (never reset: cumulative over
-// the row, in wrapping int32), v20 their reduction, v21 the previous one,
-// v22 the block's term, v25 the rows' scale offsets, v26 their scales, v28
-// the activation's scale, v29 the four rows' float sums; p1 = four lanes.
+// weights, v16–v19 the four rows' int32 sums (never reset: running over the
+// whole call, in wrapping int32), v20/v21 their last two reductions, v22 the
+// block's term, v25 the rows' scale offsets (v30 the same + 1: the next
+// block), v26 their scales, v28/v31 the activation's scales, v29 the four
+// rows' float sums; p1 = four lanes, p2 the `rows` stored. Q4: v23 the
+// running −8·Σx, v24 = −8, v27 = 0x0F.
 
-/// Once per call: p1 covers the four rows' lanes, p2 the `rows` stored;
-/// the int32 sums start at zero and are never reset (each block's sums are
-/// differences, so they run on from group to group).
-macro_rules! narrow_setup {
-    () => {
+/// One Q8 block: the four rows' running sums, reduced into `$dst` (lane j:
+/// row j).
+macro_rules! q8_block {
+    ($dst:literal) => {
         concat!(
-            "ptrue p1.s, vl4\n",
-            "whilelt p2.s, xzr, {rows}\n",
-            "movi v16.2d, #0\n",
-            "movi v17.2d, #0\n",
-            "movi v18.2d, #0\n",
-            "movi v19.2d, #0\n",
-            "movi v21.2d, #0\n",
+            "ldp q0, q1, [{x}], #32\n",
+            "ldp q2, q3, [{w0}], #32\n",
+            "ldp q4, q5, [{w1}], #32\n",
+            "ldp q6, q7, [{w2}], #32\n",
+            "ldp q8, q9, [{w3}], #32\n",
+            "sdot z16.s, z2.b, z0.b\n",
+            "sdot z16.s, z3.b, z1.b\n",
+            "sdot z17.s, z4.b, z0.b\n",
+            "sdot z17.s, z5.b, z1.b\n",
+            "sdot z18.s, z6.b, z0.b\n",
+            "sdot z18.s, z7.b, z1.b\n",
+            "sdot z19.s, z8.b, z0.b\n",
+            "sdot z19.s, z9.b, z1.b\n",
+            "addp v22.4s, v18.4s, v19.4s\n",
+            "addp ",
+            $dst,
+            ".4s, v16.4s, v17.4s\n",
+            "addp ",
+            $dst,
+            ".4s, ",
+            $dst,
+            ".4s, v22.4s\n",
         )
     };
 }
 
-/// The start of a group: float sums zeroed, activation from its start.
-macro_rules! narrow_group {
-    () => {
+/// One Q4 block, as `q8_block`: nibbles without the −8, and the shared
+/// Σ(n − 8)·x = Σ n·x − 8·Σx correction (v23) added to all four rows.
+macro_rules! q4_block {
+    ($dst:literal) => {
         concat!(
-            "3:\n",
-            "movi v29.2d, #0\n",
-            "mov {n}, {nb}\n",
-            "mov {x}, {xbase}\n",
-            "mov {sx}, {sxbase}\n",
+            "ldp q0, q1, [{x}], #32\n",
+            "ldr q2, [{w0}], #16\n",
+            "ldr q4, [{w1}], #16\n",
+            "ldr q6, [{w2}], #16\n",
+            "ldr q8, [{w3}], #16\n",
+            "and v3.16b, v2.16b, v27.16b\n",
+            "ushr v2.16b, v2.16b, #4\n",
+            "and v5.16b, v4.16b, v27.16b\n",
+            "ushr v4.16b, v4.16b, #4\n",
+            "and v7.16b, v6.16b, v27.16b\n",
+            "ushr v6.16b, v6.16b, #4\n",
+            "and v9.16b, v8.16b, v27.16b\n",
+            "ushr v8.16b, v8.16b, #4\n",
+            "sdot z16.s, z3.b, z0.b\n",
+            "sdot z16.s, z2.b, z1.b\n",
+            "sdot z17.s, z5.b, z0.b\n",
+            "sdot z17.s, z4.b, z1.b\n",
+            "sdot z18.s, z7.b, z0.b\n",
+            "sdot z18.s, z6.b, z1.b\n",
+            "sdot z19.s, z9.b, z0.b\n",
+            "sdot z19.s, z8.b, z1.b\n",
+            "sdot z23.s, z0.b, z24.b\n",
+            "sdot z23.s, z1.b, z24.b\n",
+            "addp v22.4s, v18.4s, v19.4s\n",
+            "addp ",
+            $dst,
+            ".4s, v16.4s, v17.4s\n",
+            "addp ",
+            $dst,
+            ".4s, ",
+            $dst,
+            ".4s, v22.4s\n",
+            "addp v22.4s, v23.4s, v23.4s\n",
+            "addp v22.4s, v22.4s, v22.4s\n",
+            "add ",
+            $dst,
+            ".4s, ",
+            $dst,
+            ".4s, v22.4s\n",
         )
     };
 }
 
-/// v20 holds the four rows' cumulative sums up to this block: the block's
-/// own sums are the difference from the last ones (exact in wrapping int32,
-/// since each is below 2^31). Then, per row and in block order, the scalar
-/// kernel's `sum += sumi · dw · dx` (no FMA); after the last block the
-/// group's rows are stored (`rows` of them) and the row pointers move on to
-/// the next group (`adv`, `swadv`: four rows on, less the row just read).
-macro_rules! narrow_finish {
-    () => {
+/// A block's terms: its int32 sums are `$cur − $prev` (two reductions of
+/// the running sums; exact in wrapping int32, since each is below 2^31),
+/// then per row the scalar kernel's `sum += sumi · dw · dx` (no FMA); the
+/// scales at `$offs` from sw, dx in `$dx`.
+macro_rules! narrow_term {
+    ($cur:literal, $prev:literal, $offs:literal, $dx:literal) => {
         concat!(
-            "sub v22.4s, v20.4s, v21.4s\n",
-            "mov v21.16b, v20.16b\n",
+            "sub v22.4s, ",
+            $cur,
+            ".4s, ",
+            $prev,
+            ".4s\n",
             "scvtf v22.4s, v22.4s\n",
-            "ld1w {{z26.s}}, p1/z, [{sw}, z25.s, uxtw #2]\n",
-            "add {sw}, {sw}, #4\n",
+            "ld1w {{z26.s}}, p1/z, [{sw}, ",
+            $offs,
+            ".s, uxtw #2]\n",
             "fmul v22.4s, v22.4s, v26.4s\n",
-            "ldr s28, [{sx}], #4\n",
-            "fmul v22.4s, v22.4s, v28.s[0]\n",
+            "fmul v22.4s, v22.4s, ",
+            $dx,
+            ".s[0]\n",
             "fadd v29.4s, v29.4s, v22.4s\n",
-            "subs {n}, {n}, #1\n",
-            "b.ne 2b\n",
-            "st1w {{z29.s}}, p2, [{y}]\n",
-            "add {y}, {y}, #16\n",
-            "add {w0}, {w0}, {adv}\n",
-            "add {w1}, {w1}, {adv}\n",
-            "add {w2}, {w2}, {adv}\n",
-            "add {w3}, {w3}, {adv}\n",
-            "add {sw}, {sw}, {swadv}\n",
-            "subs {groups}, {groups}, #1\n",
-            "b.ne 3b\n",
+        )
+    };
+}
+
+/// The whole call: groups of four rows; per group, an odd first block on
+/// its own, then blocks two at a time (the reductions alternate between
+/// v20 and v21, so the previous one is never copied); the group's rows
+/// stored, and the row pointers moved on to the next group (`adv`,
+/// `swadv`: four rows on, less the row just read). `$block` is `q8_block`
+/// or `q4_block`, `$init` the format's constants.
+macro_rules! narrow_asm {
+    ($block:ident, $init:expr, $m:ident, $w:ident, $sw:ident, $y:ident, $rows:ident, $groups:ident, $adv:ident, $swadv:ident, $offs:ident, $($extra:tt)*) => {
+        asm!(
+            "ptrue p1.s, vl4",
+            "whilelt p2.s, xzr, {rows}",
+            "mov z30.d, z25.d",
+            "add z30.s, z30.s, #1",
+            "movi v16.2d, #0",
+            "movi v17.2d, #0",
+            "movi v18.2d, #0",
+            "movi v19.2d, #0",
+            "movi v21.2d, #0",
+            $init,
+            "3:",
+            "movi v29.2d, #0",
+            "mov {x}, {xbase}",
+            "mov {sx}, {sxbase}",
+            "tbz {nb}, #0, 4f",
+            $block!("v20"),
+            "ldr s28, [{sx}], #4",
+            narrow_term!("v20", "v21", "z25", "v28"),
+            "mov v21.16b, v20.16b",
+            "add {sw}, {sw}, #4",
+            "4:",
+            "lsr {n}, {nb}, #1",
+            "cbz {n}, 5f",
+            "2:",
+            $block!("v20"),
+            "ldp s28, s31, [{sx}], #8",
+            narrow_term!("v20", "v21", "z25", "v28"),
+            $block!("v21"),
+            narrow_term!("v21", "v20", "z30", "v31"),
+            "add {sw}, {sw}, #8",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            "5:",
+            "st1w {{z29.s}}, p2, [{y}]",
+            "add {y}, {y}, #16",
+            "add {w0}, {w0}, {adv}",
+            "add {w1}, {w1}, {adv}",
+            "add {w2}, {w2}, {adv}",
+            "add {w3}, {w3}, {adv}",
+            "add {sw}, {sw}, {swadv}",
+            "subs {groups}, {groups}, #1",
+            "b.ne 3b",
+            x = out(reg) _,
+            xbase = in(reg) $m.xq,
+            w0 = inout(reg) $w[0] => _,
+            w1 = inout(reg) $w[1] => _,
+            w2 = inout(reg) $w[2] => _,
+            w3 = inout(reg) $w[3] => _,
+            sx = out(reg) _,
+            sxbase = in(reg) $m.xd,
+            sw = inout(reg) $sw => _,
+            n = out(reg) _,
+            nb = in(reg) $m.nb,
+            rows = in(reg) $rows,
+            y = inout(reg) $y => _,
+            groups = inout(reg) $groups => _,
+            adv = in(reg) $adv,
+            swadv = in(reg) $swadv,
+            in("v25") $offs,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+            out("v21") _, out("v22") _, out("v26") _, out("v28") _, out("v29") _,
+            out("v30") _, out("v31") _,
+            out("p1") _, out("p2") _,
+            $($extra)*
+            options(nostack)
         )
     };
 }
@@ -887,118 +1026,16 @@ impl Matvec {
                 // SAFETY: per group, reads nb blocks of 16 bytes from each
                 // w_j, nb blocks of 32 bytes at x, nb scales at sx and at
                 // sw + offs[j] (rows the caller's range holds); writes `rows`
-                // floats at y.
-                asm!(
-                    narrow_setup!(),
-                    "movi v27.16b, #0x0f",
-                    "movi v24.16b, #0xf8",
-                    "movi v23.2d, #0",
-                    narrow_group!(),
-                    "2:",
-                    "ldp q0, q1, [{x}], #32",
-                    "ldr q2, [{w0}], #16",
-                    "ldr q4, [{w1}], #16",
-                    "ldr q6, [{w2}], #16",
-                    "ldr q8, [{w3}], #16",
-                    "and v3.16b, v2.16b, v27.16b",
-                    "ushr v2.16b, v2.16b, #4",
-                    "and v5.16b, v4.16b, v27.16b",
-                    "ushr v4.16b, v4.16b, #4",
-                    "and v7.16b, v6.16b, v27.16b",
-                    "ushr v6.16b, v6.16b, #4",
-                    "and v9.16b, v8.16b, v27.16b",
-                    "ushr v8.16b, v8.16b, #4",
-                    // Nibbles 0..15 without the −8: Σ(n − 8)·x = Σ n·x − 8·Σx,
-                    // the second term (z23) shared by the four rows.
-                    "sdot z16.s, z3.b, z0.b",
-                    "sdot z16.s, z2.b, z1.b",
-                    "sdot z17.s, z5.b, z0.b",
-                    "sdot z17.s, z4.b, z1.b",
-                    "sdot z18.s, z7.b, z0.b",
-                    "sdot z18.s, z6.b, z1.b",
-                    "sdot z19.s, z9.b, z0.b",
-                    "sdot z19.s, z8.b, z1.b",
-                    "sdot z23.s, z0.b, z24.b",
-                    "sdot z23.s, z1.b, z24.b",
-                    "addp v20.4s, v16.4s, v17.4s",
-                    "addp v22.4s, v18.4s, v19.4s",
-                    "addp v20.4s, v20.4s, v22.4s",
-                    "addp v22.4s, v23.4s, v23.4s",
-                    "addp v22.4s, v22.4s, v22.4s",
-                    "add v20.4s, v20.4s, v22.4s",
-                    narrow_finish!(),
-                    x = out(reg) _,
-                    xbase = in(reg) self.xq,
-                    w0 = inout(reg) w[0] => _,
-                    w1 = inout(reg) w[1] => _,
-                    w2 = inout(reg) w[2] => _,
-                    w3 = inout(reg) w[3] => _,
-                    sx = out(reg) _,
-                    sxbase = in(reg) self.xd,
-                    sw = inout(reg) sw => _,
-                    n = out(reg) _,
-                    nb = in(reg) self.nb,
-                    rows = in(reg) rows,
-                    y = inout(reg) y => _,
-                    groups = inout(reg) groups => _,
-                    adv = in(reg) adv,
-                    swadv = in(reg) swadv,
-                    in("v25") offs,
-                    out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-                    out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
-                    out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
-                    out("v21") _, out("v22") _, out("v23") _, out("v24") _, out("v26") _,
-                    out("v27") _, out("v28") _, out("v29") _,
-                    out("p1") _, out("p2") _,
-                    options(nostack)
+                // floats at y, and only the declared registers.
+                narrow_asm!(
+                    q4_block,
+                    concat!("movi v27.16b, #0x0f\n", "movi v24.16b, #0xf8\n", "movi v23.2d, #0\n"),
+                    self, w, sw, y, rows, groups, adv, swadv, offs,
+                    out("v23") _, out("v24") _, out("v27") _,
                 );
             } else {
                 // SAFETY: as above, with 32-byte weight blocks.
-                asm!(
-                    narrow_setup!(),
-                    narrow_group!(),
-                    "2:",
-                    "ldp q0, q1, [{x}], #32",
-                    "ldp q2, q3, [{w0}], #32",
-                    "ldp q4, q5, [{w1}], #32",
-                    "ldp q6, q7, [{w2}], #32",
-                    "ldp q8, q9, [{w3}], #32",
-                    "sdot z16.s, z2.b, z0.b",
-                    "sdot z16.s, z3.b, z1.b",
-                    "sdot z17.s, z4.b, z0.b",
-                    "sdot z17.s, z5.b, z1.b",
-                    "sdot z18.s, z6.b, z0.b",
-                    "sdot z18.s, z7.b, z1.b",
-                    "sdot z19.s, z8.b, z0.b",
-                    "sdot z19.s, z9.b, z1.b",
-                    "addp v20.4s, v16.4s, v17.4s",
-                    "addp v22.4s, v18.4s, v19.4s",
-                    "addp v20.4s, v20.4s, v22.4s",
-                    narrow_finish!(),
-                    x = out(reg) _,
-                    xbase = in(reg) self.xq,
-                    w0 = inout(reg) w[0] => _,
-                    w1 = inout(reg) w[1] => _,
-                    w2 = inout(reg) w[2] => _,
-                    w3 = inout(reg) w[3] => _,
-                    sx = out(reg) _,
-                    sxbase = in(reg) self.xd,
-                    sw = inout(reg) sw => _,
-                    n = out(reg) _,
-                    nb = in(reg) self.nb,
-                    rows = in(reg) rows,
-                    y = inout(reg) y => _,
-                    groups = inout(reg) groups => _,
-                    adv = in(reg) adv,
-                    swadv = in(reg) swadv,
-                    in("v25") offs,
-                    out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-                    out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
-                    out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
-                    out("v21") _, out("v22") _, out("v26") _, out("v28") _, out("v29") _,
-                    out("p1") _, out("p2") _,
-                    options(nostack)
-                );
+                narrow_asm!(q8_block, "", self, w, sw, y, rows, groups, adv, swadv, offs,);
             }
         });
     }
