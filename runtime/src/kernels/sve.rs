@@ -16,15 +16,15 @@
 //!
 //! Integer dot (spec §5). Which code runs depends on the vector length
 //! (`cntb`), chosen per call:
-//! * VL = 128, or any length that is not a power of two (the *narrow*
-//!   steps): four rows, one block per step in 128-bit registers, as the
+//! * VL = 128, Q8_0 at VL = 256, or any length that is not a power of two
+//!   (the *narrow* steps): four rows, one block per step in 128-bit registers, as the
 //!   dotprod tier does, with SVE's `sdot` on the z registers instead of
 //!   FEAT_DotProd's, and NEON's `addp` (base AArch64) to add each row's four
 //!   lanes: three `addp` for four rows; two blocks per loop iteration. Q4
 //!   unpacks with & 0x0F and >> 4 only: the − 8 of every nibble is one
 //!   shared −8·Σx per block (an `sdot` of the activation with −8), added
 //!   once to the four rows' sums.
-//! * VL = 256·G with G = 1, 2, 4, 8 (the *wide* steps): eight rows, G blocks
+//! * VL = 256·G with G = 1 (Q4_0 only), 2, 4, 8 (the *wide* steps): eight rows, G blocks
 //!   per step, one predicated load of each row's 32·G bytes and one `sdot`;
 //!   three rounds of `uzp1`/`uzp2` + add for the eight rows together leave
 //!   row j's block b0 + k in lane j·G + k (a block is eight lanes at every
@@ -926,7 +926,8 @@ macro_rules! q4_pair_asm {
 
 /// Picks the matvec for this CPU's vector length: the wide one (eight rows,
 /// G = VL/256 blocks per step) when VL is a power of two of 256 bits or
-/// more, else the narrow one (four rows, one block per step, 128-bit).
+/// more (512 or more for Q8_0), else the narrow one (four rows, one block
+/// per step, 128-bit).
 ///
 /// Safety: SVE; `check_matvec` has accepted these arguments.
 #[allow(clippy::too_many_arguments)]
@@ -959,7 +960,10 @@ unsafe fn matvec<const Q4: bool>(
         r1,
     };
     match vector_bytes() {
-        32 => m.wide::<Q4, 1>(),
+        // Q8_0 at VL 256: the narrow steps take fewer instructions (per row
+        // and block about 6, the wide ones about 7: three uzp rounds cost
+        // more than three addp), so the wide Q8_0 steps start at 512.
+        32 if Q4 => m.wide::<Q4, 1>(),
         64 => m.wide::<Q4, 2>(),
         128 => m.wide::<Q4, 4>(),
         256 => m.wide::<Q4, 8>(),
@@ -1070,7 +1074,7 @@ impl Matvec {
                 (true, 2) if pair => {
                     q4_pair_asm!(m, "lsr z27.s, z27.s, #2", "and z26.s, z26.s, #3", acc_pair_g2!(), "4")
                 }
-                (false, 1) => wide_asm!(q8, m, "", "mov z26.s, #0", acc_g1!(), "1"),
+                (false, 1) => unreachable!("Q8_0 at VL 256 takes the narrow steps"),
                 (false, 2) => wide_asm!(q8, m, "lsr z27.s, z27.s, #1\n", "and z26.s, z26.s, #1", acc_g2!(), "2"),
                 (false, 4) => wide_asm!(q8, m, "lsr z27.s, z27.s, #2\n", "and z26.s, z26.s, #3", acc_g4!(), "4"),
                 (false, _) => wide_asm!(q8, m, "lsr z27.s, z27.s, #3\n", "and z26.s, z26.s, #7", acc_g8!(), "8"),
