@@ -493,7 +493,8 @@ macro_rules! wide_asm {
         // SAFETY: per group, reads 32·nb bytes at x and at each w[j]
         // (predicated: nothing past them), and only the scales of blocks
         // < nb (p3) of the group's rows; writes `rows` floats at y and only
-        // the declared registers. `Wide::new` made every pointer.
+        // the declared registers. `Matvec::wide` made every pointer from
+        // the operands `check_matvec` accepted.
         asm!(
             wide_setup!($jshift, $k),
             wide_group!(),
@@ -551,7 +552,8 @@ macro_rules! wide_asm {
         // SAFETY: per group, reads 32·nb bytes at x and 16·nb at each
         // w[j] (predicated: nothing past them), and only the scales of
         // blocks < nb (p3) of the group's rows; writes `rows` floats at y
-        // and only the declared registers. `Wide::new` made every pointer.
+        // and only the declared registers. `Matvec::wide` made every pointer from
+        // the operands `check_matvec` accepted.
         asm!(
             wide_setup!($jshift, $k),
             // z9: the activation permutation pairing byte 2i of a block
@@ -774,7 +776,8 @@ macro_rules! q4_pair_asm {
         // 16·nb at each w[j] (predicated: nothing past them), and only the
         // scales of blocks < nb (p3) of the group's rows (sw, and sw4 four
         // rows on); writes eight floats at y and only the declared
-        // registers. `Wide` holds pointers `wide` made.
+        // registers. `Matvec::wide` made every pointer from the
+        // operands `check_matvec` accepted.
         asm!(
             "ptrue p0.b",
             "index z26.s, #0, #1",
