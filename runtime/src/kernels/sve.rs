@@ -57,10 +57,12 @@
 //! Cost, in guest instructions per decoded token under qemu (`ml gen --dim
 //! 256 --hidden 512 --vocab 4096 --layers 4`, Q8_0 / Q4_0; the whole token,
 //! not only the matvecs): neon-dotprod 1.61 M / 1.80 M; this tier at VL 128
-//! 1.28 M / 1.39 M, 256 1.25 M / 1.08 M, 512 0.92 M / 0.74 M, 2048 0.67 M /
-//! 0.49 M (before: 3.70 M at 128, 2.03 M at 512 for Q8_0). Per row and
-//! block of Q8_0 the matvec costs about 7 instructions at VL 128 and 256,
-//! against the dotprod tier's 10.
+//! 1.21 M / 1.31 M, 256 1.21 M / 1.08 M, 512 0.92 M / 0.74 M, 2048 0.67 M /
+//! 0.49 M (before: 3.70 M / 4.72 M at 128, 2.03 M / 2.14 M at 512). Per row
+//! and block of Q8_0 the matvec costs about 6.5 instructions at VL 128,
+//! against the dotprod tier's 10; at 128 bits the narrow steps are the
+//! dotprod tier's algorithm, cheaper by the running sums (no reset), the
+//! gathered scales and two blocks per iteration.
 
 use std::arch::asm;
 
