@@ -1112,7 +1112,7 @@ fn check_matvec_bits(ks: &[usize], seed: u64) {
     for wtype in [WType::Q8_0, WType::Q4_0] {
         let (bound, reference) = kernels_for(wtype);
         for &k in ks {
-            for rows in [1, 2, 3, 4, 5, 7, 8, 9] {
+            for rows in [1, 2, 3, 4, 5, 7, 8, 9, 16, 19, 27] {
                 for &fill in &FILLS {
                     let w = matrix(&mut rng, wtype, rows, k, fill, false);
                     let x = activation(&mut rng, k, fill, false);

@@ -1,50 +1,68 @@
 //! SVE tier (AArch64 only): A64FX, Graviton3, Neoverse V1/N2/V2 and later.
-//! Implements the two matvecs, vector-length agnostic; everything else is
-//! the NEON tier's (bound, not re-implemented: the float kernels are
-//! load-bound at the model's sizes).
+//! Implements the two matvecs; everything else is the NEON tier's (bound,
+//! not re-implemented: the float kernels are load-bound at the model's
+//! sizes).
 //!
 //! This tier deliberately does not use the neon_dotprod module: SVE does
 //! not imply FEAT_DotProd (qemu's a64fx model has SVE without it), and
 //! SVE's own `sdot z.s, z.b, z.b` is part of base SVE. So the guard checks
 //! asimd and sve only.
 //!
-//! SVE has no stable intrinsics: each step is one `asm!` block inside a
-//! function compiled with `#[target_feature(enable = "sve")]`. The blocks
-//! use z0–z7, z16–z27 (declared through their overlapping v registers) and
-//! p0–p3 as clobbers; the four row sums live in v28–v31.
+//! SVE has no stable intrinsics: each matvec call runs `asm!` blocks (one
+//! for its whole four- or eight-row groups, one for a last group of fewer
+//! rows) inside functions compiled with `#[target_feature(enable = "sve")]`;
+//! the z registers are declared as clobbers through their overlapping v
+//! registers, the p registers by name.
 //!
-//! Integer dot (spec §5), per step of G = max(1, VL/256) blocks and four
-//! rows:
-//! 1. a `whilelt` loop over the step's 32·G bytes, one vector of bytes per
-//!    iteration (two iterations at VL = 128, one at VL ≥ 256), loads each
-//!    activation chunk once and `sdot`s it with each row's chunk into that
-//!    row's int32 accumulator: lane i holds bytes 4i..4i+4 (at VL = 128 the
-//!    second half-block adds onto the first);
-//! 2. three rounds of `uzp1`/`uzp2` against a zero vector add lanes 2k and
-//!    2k+1 into lane k, so lane k ends up holding block k's int32 sum at
-//!    every vector length: blocks start at multiples of 8 lanes, inactive
-//!    bytes were loaded as zeros, and the zero operand fills the upper half
-//!    (uzp of a vector with itself would repeat it, and at VL = 128, where 4
-//!    lanes already hold a whole block, the third round would double it);
-//! 3. the block sums are converted, multiplied by the row's and the
-//!    activation's block scales (`ld1w` under a `whilelt` over G blocks) and
-//!    added to the row sum with `fadda`, which adds the lanes strictly in
-//!    order: the scalar kernel's `sum += sumi · dw · dx`, block after block.
+//! Integer dot (spec §5). Which code runs depends on the vector length
+//! (`cntb`), chosen per call:
+//! * VL = 128, Q8_0 at VL = 256, or any length that is not a power of two
+//!   (the *narrow* steps): four rows, one block per step in 128-bit registers, as the
+//!   dotprod tier does, with SVE's `sdot` on the z registers instead of
+//!   FEAT_DotProd's, and NEON's `addp` (base AArch64) to add each row's four
+//!   lanes: three `addp` for four rows; two blocks per loop iteration. Q4
+//!   unpacks with & 0x0F and >> 4 only: the − 8 of every nibble is one
+//!   shared −8·Σx per block (an `sdot` of the activation with −8), added
+//!   once to the four rows' sums.
+//! * VL = 256·G with G = 1 (Q4_0 only), 2, 4, 8 (the *wide* steps): eight rows, G blocks
+//!   per step, one predicated load of each row's 32·G bytes and one `sdot`;
+//!   three rounds of `uzp1`/`uzp2` + add for the eight rows together leave
+//!   row j's block b0 + k in lane j·G + k (a block is eight lanes at every
+//!   length). Q4 loads each row's packed bytes zero-extended into
+//!   halfwords, copies each into both bytes (`trn1`), shifts the odd ones
+//!   by 4, & 0x0F − 8, against an activation permuted once per step (`tbl`)
+//!   to pair byte 2i with element i and 2i + 1 with element 16 + i. Whole Q4
+//!   groups at VL 256 and 512 instead take 2G blocks per step: a row's VL
+//!   packed bytes unpacked where they lie (& 0x0F: elements 0–15 of each
+//!   block, >> 4: 16–31, each block four lanes), the activation's halves
+//!   gathered to match (`compact`, `splice`), two `uzp` rounds.
 //!
-//! So every result is bit-identical to the scalar kernel's at every vector
-//! length, and a row never depends on the step size or on its neighbours.
-//! Q4 weights are unpacked in-register: `tbl` gathers each output byte's
-//! packed byte, a per-lane shift (0 or 4) picks its nibble, then & 0x0F − 8.
+//! In both, the int32 sums are never reset: each block's (or step's) sums
+//! are the difference between two reductions of the running sums, exact in
+//! wrapping int32 since each is below 2^31, which saves resetting the
+//! accumulators every block. Each term is then converted, multiplied by the
+//! row's scale and the activation's (gathered: `ld1w` with vector offsets,
+//! predicated on the blocks < nb) as the scalar kernel does, `sumi · dw ·
+//! dx` with no FMA, and added to the row's float sum in block order: in the
+//! wide steps rounds of `uzp1`/`uzp2` of the terms with themselves bring
+//! block k's lanes down to lanes j, added for k = 0, 1, …. Lanes past the
+//! last block add +0.0, which changes no sum (a sum of +0.0 and other
+//! terms is never −0.0). So every result is bit-identical to the scalar
+//! kernel's at every vector length.
 //!
-//! Rows come four at a time; a last group of one to three rows runs the
-//! same four-row step with its last row repeated in the spare slots (and
-//! stores only its own rows), so there is no separate tail code to drift.
+//! A last group of fewer rows repeats its last row in the spare slots and
+//! stores only its own rows (predicated `st1w`), so there is no separate
+//! tail code to drift.
 //!
-//! Cost, unmeasured (qemu timings are functional only): the reduction is
-//! nine instructions per row and step whatever G is, so it is amortised over
-//! 2 blocks at VL = 512 (A64FX) and 8 at 2048, but not at VL = 256
-//! (Graviton3), where a per-block `saddv` would be cheaper. That is a
-//! tuning choice to make on real hardware; correctness does not depend on it.
+//! Cost, in guest instructions per decoded token under qemu (`ml gen --dim
+//! 256 --hidden 512 --vocab 4096 --layers 4`, Q8_0 / Q4_0; the whole token,
+//! not only the matvecs): neon-dotprod 1.61 M / 1.80 M; this tier at VL 128
+//! 1.21 M / 1.31 M, 256 1.21 M / 1.08 M, 512 0.92 M / 0.74 M, 2048 0.67 M /
+//! 0.49 M (before: 3.70 M / 4.72 M at 128, 2.03 M / 2.14 M at 512). Per row
+//! and block of Q8_0 the matvec costs about 6.5 instructions at VL 128,
+//! against the dotprod tier's 10; at 128 bits the narrow steps are the
+//! dotprod tier's algorithm, cheaper by the running sums (no reset), the
+//! gathered scales and two blocks per iteration.
 
 use std::arch::asm;
 
@@ -86,10 +104,835 @@ pub unsafe fn vector_bytes() -> usize {
     n
 }
 
-/// Rows four at a time; each step covers G blocks (as many as one vector
-/// holds, at least one). A last group of fewer than four rows repeats its
-/// last row in the unused slots and stores only its own rows, so it runs the
-/// same code as every other group.
+// ---------------------------------------------------------------------------
+// Narrow (128-bit) steps. Registers: v0–v1 the activation block, v2–v9 the
+// weights, v16–v19 the four rows' int32 sums (never reset: running over the
+// whole call, in wrapping int32), v20/v21 their last two reductions, v22 the
+// block's term, v25 the rows' scale offsets (v30 the same + 1: the next
+// block), v26 their scales, v28/v31 the activation's scales, v29 the four
+// rows' float sums; p1 = four lanes, p2 the `rows` stored. Q4: v23 the
+// running −8·Σx, v24 = −8, v27 = 0x0F.
+
+/// One Q8 block: the four rows' running sums, reduced into `$dst` (lane j:
+/// row j).
+macro_rules! q8_block {
+    ($dst:literal) => {
+        concat!(
+            "ldp q0, q1, [{x}], #32\n",
+            "ldp q2, q3, [{w0}], #32\n",
+            "ldp q4, q5, [{w1}], #32\n",
+            "ldp q6, q7, [{w2}], #32\n",
+            "ldp q8, q9, [{w3}], #32\n",
+            "sdot z16.s, z2.b, z0.b\n",
+            "sdot z16.s, z3.b, z1.b\n",
+            "sdot z17.s, z4.b, z0.b\n",
+            "sdot z17.s, z5.b, z1.b\n",
+            "sdot z18.s, z6.b, z0.b\n",
+            "sdot z18.s, z7.b, z1.b\n",
+            "sdot z19.s, z8.b, z0.b\n",
+            "sdot z19.s, z9.b, z1.b\n",
+            "addp v22.4s, v18.4s, v19.4s\n",
+            "addp ",
+            $dst,
+            ".4s, v16.4s, v17.4s\n",
+            "addp ",
+            $dst,
+            ".4s, ",
+            $dst,
+            ".4s, v22.4s\n",
+        )
+    };
+}
+
+/// One Q4 block, as `q8_block`: nibbles without the −8, and the shared
+/// Σ(n − 8)·x = Σ n·x − 8·Σx correction (v23) added to all four rows.
+macro_rules! q4_block {
+    ($dst:literal) => {
+        concat!(
+            "ldp q0, q1, [{x}], #32\n",
+            "ldr q2, [{w0}], #16\n",
+            "ldr q4, [{w1}], #16\n",
+            "ldr q6, [{w2}], #16\n",
+            "ldr q8, [{w3}], #16\n",
+            "and v3.16b, v2.16b, v27.16b\n",
+            "ushr v2.16b, v2.16b, #4\n",
+            "and v5.16b, v4.16b, v27.16b\n",
+            "ushr v4.16b, v4.16b, #4\n",
+            "and v7.16b, v6.16b, v27.16b\n",
+            "ushr v6.16b, v6.16b, #4\n",
+            "and v9.16b, v8.16b, v27.16b\n",
+            "ushr v8.16b, v8.16b, #4\n",
+            "sdot z16.s, z3.b, z0.b\n",
+            "sdot z16.s, z2.b, z1.b\n",
+            "sdot z17.s, z5.b, z0.b\n",
+            "sdot z17.s, z4.b, z1.b\n",
+            "sdot z18.s, z7.b, z0.b\n",
+            "sdot z18.s, z6.b, z1.b\n",
+            "sdot z19.s, z9.b, z0.b\n",
+            "sdot z19.s, z8.b, z1.b\n",
+            "sdot z23.s, z0.b, z24.b\n",
+            "sdot z23.s, z1.b, z24.b\n",
+            "addp v22.4s, v18.4s, v19.4s\n",
+            "addp ",
+            $dst,
+            ".4s, v16.4s, v17.4s\n",
+            "addp ",
+            $dst,
+            ".4s, ",
+            $dst,
+            ".4s, v22.4s\n",
+            "addp v22.4s, v23.4s, v23.4s\n",
+            "addp v22.4s, v22.4s, v22.4s\n",
+            "add ",
+            $dst,
+            ".4s, ",
+            $dst,
+            ".4s, v22.4s\n",
+        )
+    };
+}
+
+/// A block's terms: its int32 sums are `$cur − $prev` (two reductions of
+/// the running sums; exact in wrapping int32, since each is below 2^31),
+/// then per row the scalar kernel's `sum += sumi · dw · dx` (no FMA); the
+/// scales at `$offs` from sw, dx in `$dx`.
+macro_rules! narrow_term {
+    ($cur:literal, $prev:literal, $offs:literal, $dx:literal) => {
+        concat!(
+            "sub v22.4s, ",
+            $cur,
+            ".4s, ",
+            $prev,
+            ".4s\n",
+            "scvtf v22.4s, v22.4s\n",
+            "ld1w {{z26.s}}, p1/z, [{sw}, ",
+            $offs,
+            ".s, uxtw #2]\n",
+            "fmul v22.4s, v22.4s, v26.4s\n",
+            "fmul v22.4s, v22.4s, ",
+            $dx,
+            ".s[0]\n",
+            "fadd v29.4s, v29.4s, v22.4s\n",
+        )
+    };
+}
+
+/// The whole call: groups of four rows; per group, an odd first block on
+/// its own, then blocks two at a time (the reductions alternate between
+/// v20 and v21, so the previous one is never copied); the group's rows
+/// stored, and the row pointers moved on to the next group (`adv`,
+/// `swadv`: four rows on, less the row just read). `$block` is `q8_block`
+/// or `q4_block`, `$init` the format's constants.
+macro_rules! narrow_asm {
+    ($block:ident, $init:expr, $m:ident, $w:ident, $sw:ident, $y:ident, $rows:ident, $groups:ident, $adv:ident, $swadv:ident, $offs:ident, $($extra:tt)*) => {
+        asm!(
+            "ptrue p1.s, vl4",
+            "whilelt p2.s, xzr, {rows}",
+            "mov z30.d, z25.d",
+            "add z30.s, z30.s, #1",
+            "movi v16.2d, #0",
+            "movi v17.2d, #0",
+            "movi v18.2d, #0",
+            "movi v19.2d, #0",
+            "movi v21.2d, #0",
+            $init,
+            "3:",
+            "movi v29.2d, #0",
+            "mov {x}, {xbase}",
+            "mov {sx}, {sxbase}",
+            "tbz {nb}, #0, 4f",
+            $block!("v20"),
+            "ldr s28, [{sx}], #4",
+            narrow_term!("v20", "v21", "z25", "v28"),
+            "mov v21.16b, v20.16b",
+            "add {sw}, {sw}, #4",
+            "4:",
+            "lsr {n}, {nb}, #1",
+            "cbz {n}, 5f",
+            "2:",
+            $block!("v20"),
+            "ldp s28, s31, [{sx}], #8",
+            narrow_term!("v20", "v21", "z25", "v28"),
+            $block!("v21"),
+            narrow_term!("v21", "v20", "z30", "v31"),
+            "add {sw}, {sw}, #8",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            "5:",
+            "st1w {{z29.s}}, p2, [{y}]",
+            "add {y}, {y}, #16",
+            "add {w0}, {w0}, {adv}",
+            "add {w1}, {w1}, {adv}",
+            "add {w2}, {w2}, {adv}",
+            "add {w3}, {w3}, {adv}",
+            "add {sw}, {sw}, {swadv}",
+            "subs {groups}, {groups}, #1",
+            "b.ne 3b",
+            x = out(reg) _,
+            xbase = in(reg) $m.xq,
+            w0 = inout(reg) $w[0] => _,
+            w1 = inout(reg) $w[1] => _,
+            w2 = inout(reg) $w[2] => _,
+            w3 = inout(reg) $w[3] => _,
+            sx = out(reg) _,
+            sxbase = in(reg) $m.xd,
+            sw = inout(reg) $sw => _,
+            n = out(reg) _,
+            nb = in(reg) $m.nb,
+            rows = in(reg) $rows,
+            y = inout(reg) $y => _,
+            groups = inout(reg) $groups => _,
+            adv = in(reg) $adv,
+            swadv = in(reg) $swadv,
+            in("v25") $offs,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+            out("v21") _, out("v22") _, out("v26") _, out("v28") _, out("v29") _,
+            out("v30") _, out("v31") _,
+            out("p1") _, out("p2") _,
+            $($extra)*
+            options(nostack)
+        )
+    };
+}
+
+// ---------------------------------------------------------------------------
+// Wide steps (VL = 256·G bits). Registers: z0 the step's activation bytes,
+// z1–z8 the eight rows' weights (then scratch), z16–z23 the rows' int32 sums
+// (cumulative, as in the narrow steps), z11 the previous reduction, z12 the
+// step's terms, lane j·G + k for row j and block b0 + k; z13 = b0 + k,
+// z14 = j·nb + b0 + k (each lane's scale index), z15 = nb; z24/z25 the
+// weight and activation scales; z28 the rows' float sums (lane j); z9/z10
+// Q4's permutation and shifts; p0 all true, p1 the step's bytes, p2 Q4's
+// packed bytes, p3 the step's blocks, then the group's rows.
+
+/// Three rounds of uzp1/uzp2 + add over the eight rows' sums: lane j·G + k
+/// of z1 ← row j's int32 sum over blocks b0 + k (a block is eight lanes,
+/// and each round adds neighbouring lanes).
+macro_rules! reduce8 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z16.s, z17.s\n",
+            "uzp2 z2.s, z16.s, z17.s\n",
+            "add z1.s, z1.s, z2.s\n",
+            "uzp1 z3.s, z18.s, z19.s\n",
+            "uzp2 z4.s, z18.s, z19.s\n",
+            "add z3.s, z3.s, z4.s\n",
+            "uzp1 z5.s, z20.s, z21.s\n",
+            "uzp2 z6.s, z20.s, z21.s\n",
+            "add z5.s, z5.s, z6.s\n",
+            "uzp1 z7.s, z22.s, z23.s\n",
+            "uzp2 z8.s, z22.s, z23.s\n",
+            "add z7.s, z7.s, z8.s\n",
+            "uzp1 z2.s, z1.s, z3.s\n",
+            "uzp2 z4.s, z1.s, z3.s\n",
+            "add z2.s, z2.s, z4.s\n",
+            "uzp1 z6.s, z5.s, z7.s\n",
+            "uzp2 z8.s, z5.s, z7.s\n",
+            "add z6.s, z6.s, z8.s\n",
+            "uzp1 z1.s, z2.s, z6.s\n",
+            "uzp2 z3.s, z2.s, z6.s\n",
+            "add z1.s, z1.s, z3.s\n",
+        )
+    };
+}
+
+// z28 (lane j: row j) += the step's terms, block after block: the lanes of
+// block k (j·G + k for every j) are brought down to lanes j by rounds of
+// uzp1/uzp2 of z12 with itself, then added in k order.
+macro_rules! acc_g1 {
+    () => {
+        "fadd z28.s, z28.s, z12.s\n"
+    };
+}
+macro_rules! acc_g2 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z12.s, z12.s\n",
+            "uzp2 z2.s, z12.s, z12.s\n",
+            "fadd z28.s, z28.s, z1.s\n",
+            "fadd z28.s, z28.s, z2.s\n",
+        )
+    };
+}
+macro_rules! acc_g4 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z12.s, z12.s\n", // k = 0, 2
+            "uzp2 z2.s, z12.s, z12.s\n", // k = 1, 3
+            "uzp1 z3.s, z1.s, z1.s\n",   // 0
+            "uzp2 z4.s, z1.s, z1.s\n",   // 2
+            "uzp1 z5.s, z2.s, z2.s\n",   // 1
+            "uzp2 z6.s, z2.s, z2.s\n",   // 3
+            "fadd z28.s, z28.s, z3.s\n",
+            "fadd z28.s, z28.s, z5.s\n",
+            "fadd z28.s, z28.s, z4.s\n",
+            "fadd z28.s, z28.s, z6.s\n",
+        )
+    };
+}
+macro_rules! acc_g8 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z12.s, z12.s\n", // k = 0, 2, 4, 6
+            "uzp2 z2.s, z12.s, z12.s\n", // k = 1, 3, 5, 7
+            "uzp1 z3.s, z1.s, z1.s\n",   // 0, 4
+            "uzp2 z4.s, z1.s, z1.s\n",   // 2, 6
+            "uzp1 z5.s, z2.s, z2.s\n",   // 1, 5
+            "uzp2 z6.s, z2.s, z2.s\n",   // 3, 7
+            "uzp1 z1.s, z3.s, z3.s\n",   // 0
+            "uzp2 z2.s, z3.s, z3.s\n",   // 4
+            "uzp1 z3.s, z4.s, z4.s\n",   // 2
+            "uzp2 z4.s, z4.s, z4.s\n",   // 6
+            "uzp1 z7.s, z5.s, z5.s\n",   // 1
+            "uzp2 z8.s, z5.s, z5.s\n",   // 5
+            "uzp1 z5.s, z6.s, z6.s\n",   // 3
+            "uzp2 z6.s, z6.s, z6.s\n",   // 7
+            "fadd z28.s, z28.s, z1.s\n",
+            "fadd z28.s, z28.s, z7.s\n",
+            "fadd z28.s, z28.s, z3.s\n",
+            "fadd z28.s, z28.s, z5.s\n",
+            "fadd z28.s, z28.s, z2.s\n",
+            "fadd z28.s, z28.s, z8.s\n",
+            "fadd z28.s, z28.s, z4.s\n",
+            "fadd z28.s, z28.s, z6.s\n",
+        )
+    };
+}
+
+/// Once per call: the lane indices at block 0 (z26 = k, z27 = j·nb + k, j
+/// clamped to the group's last row: `wide_group` copies them to z13/z14),
+/// nb in z15, zeroed int32 sums (never reset, as in the narrow steps), p4
+/// the stored rows. `$jshift` turns lane i into j = i / G, `$k` makes
+/// k = i % G.
+macro_rules! wide_setup {
+    ($jshift:expr, $k:expr) => {
+        concat!(
+            "ptrue p0.b\n",
+            "whilelt p4.s, xzr, {rows}\n",
+            "index z26.s, #0, #1\n",
+            "mov z27.d, z26.d\n",
+            $jshift,
+            $k,
+            "\n",
+            "mov z15.s, {last:w}\n",
+            "umin z27.s, p0/m, z27.s, z15.s\n",
+            "mov z15.s, {nb:w}\n",
+            "mul z27.s, p0/m, z27.s, z15.s\n",
+            "add z27.s, z27.s, z26.s\n",
+            "mov z16.s, #0\n",
+            "mov z17.s, #0\n",
+            "mov z18.s, #0\n",
+            "mov z19.s, #0\n",
+            "mov z20.s, #0\n",
+            "mov z21.s, #0\n",
+            "mov z22.s, #0\n",
+            "mov z23.s, #0\n",
+            "mov z11.s, #0\n",
+        )
+    };
+}
+
+/// Per group: lane indices back to block 0, float sums zeroed.
+macro_rules! wide_group {
+    () => {
+        concat!(
+            "3:\n",
+            "mov z13.d, z26.d\n",
+            "mov z14.d, z27.d\n",
+            "mov z28.s, #0\n",
+            "mov {off}, #0\n",
+        )
+    };
+}
+
+/// After the sdots: the step's block sums (difference of the cumulative
+/// reductions), their terms `sumi · dw · dx` (scales gathered for the
+/// step's blocks only: p3), added per row in block order; the loop; then
+/// the store of the group's rows (p4) and the next group's row pointers.
+macro_rules! wide_finish {
+    ($acc:expr, $g:literal) => {
+        concat!(
+            reduce8!(),
+            "sub z12.s, z1.s, z11.s\n",
+            "mov z11.d, z1.d\n",
+            "scvtf z12.s, p0/m, z12.s\n",
+            "cmphi p3.s, p0/z, z15.s, z13.s\n",
+            "ld1w {{z24.s}}, p3/z, [{sw}, z14.s, uxtw #2]\n",
+            "ld1w {{z25.s}}, p3/z, [{sx}, z13.s, uxtw #2]\n",
+            "fmul z12.s, z12.s, z24.s\n",
+            "fmul z12.s, z12.s, z25.s\n",
+            $acc,
+            "add z13.s, z13.s, #",
+            $g,
+            "\n",
+            "add z14.s, z14.s, #",
+            $g,
+            "\n",
+            "incb {off}\n",
+            "cmp {off}, {nbytes}\n",
+            "b.lo 2b\n",
+            "st1w {{z28.s}}, p4, [{y}]\n",
+            "add {y}, {y}, #32\n",
+            "add {w0}, {w0}, {adv}\n",
+            "add {w1}, {w1}, {adv}\n",
+            "add {w2}, {w2}, {adv}\n",
+            "add {w3}, {w3}, {adv}\n",
+            "add {w4}, {w4}, {adv}\n",
+            "add {w5}, {w5}, {adv}\n",
+            "add {w6}, {w6}, {adv}\n",
+            "add {w7}, {w7}, {adv}\n",
+            "add {sw}, {sw}, {swadv}\n",
+            "subs {groups}, {groups}, #1\n",
+            "b.ne 3b\n",
+        )
+    };
+}
+
+macro_rules! wide_asm {
+    (q8, $m:ident, $jshift:expr, $k:expr, $acc:expr, $g:literal) => {
+        // SAFETY: per group, reads 32·nb bytes at x and at each w[j]
+        // (predicated: nothing past them), and only the scales of blocks
+        // < nb (p3) of the group's rows; writes `rows` floats at y and only
+        // the declared registers. `Matvec::wide` made every pointer from
+        // the operands `check_matvec` accepted.
+        asm!(
+            wide_setup!($jshift, $k),
+            wide_group!(),
+            "2:",
+            "whilelt p1.b, {off}, {nbytes}",
+            "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
+            "ld1b {{z1.b}}, p1/z, [{w0}, {off}]",
+            "ld1b {{z2.b}}, p1/z, [{w1}, {off}]",
+            "ld1b {{z3.b}}, p1/z, [{w2}, {off}]",
+            "ld1b {{z4.b}}, p1/z, [{w3}, {off}]",
+            "ld1b {{z5.b}}, p1/z, [{w4}, {off}]",
+            "ld1b {{z6.b}}, p1/z, [{w5}, {off}]",
+            "ld1b {{z7.b}}, p1/z, [{w6}, {off}]",
+            "ld1b {{z8.b}}, p1/z, [{w7}, {off}]",
+            "sdot z16.s, z1.b, z0.b",
+            "sdot z17.s, z2.b, z0.b",
+            "sdot z18.s, z3.b, z0.b",
+            "sdot z19.s, z4.b, z0.b",
+            "sdot z20.s, z5.b, z0.b",
+            "sdot z21.s, z6.b, z0.b",
+            "sdot z22.s, z7.b, z0.b",
+            "sdot z23.s, z8.b, z0.b",
+            wide_finish!($acc, $g),
+            x = in(reg) $m.x,
+            w0 = inout(reg) $m.w[0] => _,
+            w1 = inout(reg) $m.w[1] => _,
+            w2 = inout(reg) $m.w[2] => _,
+            w3 = inout(reg) $m.w[3] => _,
+            w4 = inout(reg) $m.w[4] => _,
+            w5 = inout(reg) $m.w[5] => _,
+            w6 = inout(reg) $m.w[6] => _,
+            w7 = inout(reg) $m.w[7] => _,
+            sx = in(reg) $m.sx,
+            sw = inout(reg) $m.sw => _,
+            y = inout(reg) $m.y => _,
+            groups = inout(reg) $m.groups => _,
+            adv = in(reg) $m.adv,
+            swadv = in(reg) $m.swadv,
+            rows = in(reg) $m.rows,
+            last = in(reg) $m.rows - 1,
+            nb = in(reg) $m.nb,
+            nbytes = in(reg) $m.nb * QK,
+            off = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _,
+            out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
+            out("p0") _, out("p1") _, out("p3") _, out("p4") _,
+            options(nostack)
+        )
+    };
+    (q4, $m:ident, $jshift:expr, $k:expr, $acc:expr, $g:literal) => {
+        // SAFETY: per group, reads 32·nb bytes at x and 16·nb at each
+        // w[j] (predicated: nothing past them), and only the scales of
+        // blocks < nb (p3) of the group's rows; writes `rows` floats at y
+        // and only the declared registers. `Matvec::wide` made every pointer from
+        // the operands `check_matvec` accepted.
+        asm!(
+            wide_setup!($jshift, $k),
+            // z9: the activation permutation pairing byte 2i of a block
+            // with element i and byte 2i + 1 with element 16 + i, i.e.
+            // (l & ~31) + (l & 31) / 2 + 16·(l & 1) for lane l; z10: the
+            // shift (0 or 4) that brings lane l's nibble down.
+            "index z9.b, #0, #1",
+            "mov z10.d, z9.d",
+            "and z10.b, z10.b, #1",
+            "lsl z10.b, z10.b, #2",
+            "mov z24.d, z9.d",
+            "and z24.b, z24.b, #0xe0",
+            "and z9.b, z9.b, #0x1e",
+            "lsr z9.b, z9.b, #1",
+            "add z9.b, z9.b, z24.b",
+            "mov z24.d, z10.d",
+            "lsl z24.b, z24.b, #2",
+            "add z9.b, z9.b, z24.b",
+            wide_group!(),
+            "mov {offq}, #0",
+            "2:",
+            "whilelt p1.b, {off}, {nbytes}",
+            "whilelt p2.h, {offq}, {qbytes}",
+            "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
+            "tbl z0.b, {{z0.b}}, z9.b",
+            q4_row!("z1", "w0"),
+            q4_row!("z2", "w1"),
+            q4_row!("z3", "w2"),
+            q4_row!("z4", "w3"),
+            q4_row!("z5", "w4"),
+            q4_row!("z6", "w5"),
+            q4_row!("z7", "w6"),
+            q4_row!("z8", "w7"),
+            "sdot z16.s, z1.b, z0.b",
+            "sdot z17.s, z2.b, z0.b",
+            "sdot z18.s, z3.b, z0.b",
+            "sdot z19.s, z4.b, z0.b",
+            "sdot z20.s, z5.b, z0.b",
+            "sdot z21.s, z6.b, z0.b",
+            "sdot z22.s, z7.b, z0.b",
+            "sdot z23.s, z8.b, z0.b",
+            "inch {offq}",
+            wide_finish!($acc, $g),
+            x = in(reg) $m.x,
+            w0 = inout(reg) $m.w[0] => _,
+            w1 = inout(reg) $m.w[1] => _,
+            w2 = inout(reg) $m.w[2] => _,
+            w3 = inout(reg) $m.w[3] => _,
+            w4 = inout(reg) $m.w[4] => _,
+            w5 = inout(reg) $m.w[5] => _,
+            w6 = inout(reg) $m.w[6] => _,
+            w7 = inout(reg) $m.w[7] => _,
+            sx = in(reg) $m.sx,
+            sw = inout(reg) $m.sw => _,
+            y = inout(reg) $m.y => _,
+            groups = inout(reg) $m.groups => _,
+            adv = in(reg) $m.adv,
+            swadv = in(reg) $m.swadv,
+            rows = in(reg) $m.rows,
+            last = in(reg) $m.rows - 1,
+            nb = in(reg) $m.nb,
+            nbytes = in(reg) $m.nb * QK,
+            qbytes = in(reg) $m.nb * Q4_BLOCK_BYTES,
+            off = out(reg) _,
+            offq = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _, out("v10") _,
+            out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
+            out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _,
+            options(nostack)
+        )
+    };
+}
+
+/// One Q4 row of a wide step: its 16·G packed bytes, one per halfword
+/// (zero-extended), each copied to both bytes of its halfword (trn1), the
+/// odd byte shifted down by 4, & 0x0F − 8: byte 2i of a block is element i,
+/// byte 2i + 1 element 16 + i, as the permuted activation has them.
+macro_rules! q4_row {
+    ($z:literal, $w:literal) => {
+        concat!(
+            "ld1b {{",
+            $z,
+            ".h}}, p2/z, [{",
+            $w,
+            "}, {offq}]\n",
+            "trn1 ",
+            $z,
+            ".b, ",
+            $z,
+            ".b, ",
+            $z,
+            ".b\n",
+            "lsr ",
+            $z,
+            ".b, p0/m, ",
+            $z,
+            ".b, z10.b\n",
+            "and ",
+            $z,
+            ".b, ",
+            $z,
+            ".b, #15\n",
+            "sub ",
+            $z,
+            ".b, ",
+            $z,
+            ".b, #8\n",
+        )
+    };
+}
+
+// ---------------------------------------------------------------------------
+// Wide Q4 over two vectors of activation per step (VL 256 and 512, whole
+// groups of eight rows). A row's VL packed bytes (2G blocks) are unpacked
+// where they lie: & 0x0F gives elements 0–15 of each block, >> 4 elements
+// 16–31, each block in 16 bytes, i.e. four int32 lanes; the activation's
+// halves are gathered to match (compact of its low or high 16-byte halves,
+// then splice of the two vectors). So a row costs one load, four unpacking
+// instructions and two sdots per 2G blocks, and the sums need two uzp rounds:
+// z12 ← rows 0–3, z30 ← rows 4–7, lane j·2G + k for block b0 + k.
+// Registers as in the wide steps, and: z9 the second activation vector,
+// z29 the previous reduction of rows 4–7, z10 their float sums; p5 the
+// second vector's bytes, p4 the low half of a vector, p6/p7 the low/high
+// 16-byte halves of each 32 (as doublewords).
+
+/// One row: packed bytes → two vectors of nibbles − 8, dotted with the
+/// matching activation halves (z1: elements 0–15 of each block, z2: 16–31).
+macro_rules! q4_pair_row {
+    ($lo:literal, $hi:literal, $w:literal, $acc:literal) => {
+        concat!(
+            "ld1b {{",
+            $lo,
+            ".b}}, p2/z, [{",
+            $w,
+            "}, {offq}]\n",
+            "lsr ",
+            $hi,
+            ".b, ",
+            $lo,
+            ".b, #4\n",
+            "and ",
+            $lo,
+            ".b, ",
+            $lo,
+            ".b, #15\n",
+            "sub ",
+            $lo,
+            ".b, ",
+            $lo,
+            ".b, #8\n",
+            "sub ",
+            $hi,
+            ".b, ",
+            $hi,
+            ".b, #8\n",
+            "sdot ",
+            $acc,
+            ".s, ",
+            $lo,
+            ".b, z1.b\n",
+            "sdot ",
+            $acc,
+            ".s, ",
+            $hi,
+            ".b, z2.b\n",
+        )
+    };
+}
+
+// The float sums of a pair step, as acc_g1/acc_g2 for 2G = 2 and 4 blocks
+// per row and four rows per vector: z28 += z12's, z10 += z30's.
+macro_rules! acc_pair_g1 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z12.s, z12.s\n",
+            "uzp2 z2.s, z12.s, z12.s\n",
+            "fadd z28.s, z28.s, z1.s\n",
+            "fadd z28.s, z28.s, z2.s\n",
+            "uzp1 z1.s, z30.s, z30.s\n",
+            "uzp2 z2.s, z30.s, z30.s\n",
+            "fadd z10.s, z10.s, z1.s\n",
+            "fadd z10.s, z10.s, z2.s\n",
+        )
+    };
+}
+macro_rules! acc_pair_g2 {
+    () => {
+        concat!(
+            "uzp1 z1.s, z12.s, z12.s\n", // k = 0, 2
+            "uzp2 z2.s, z12.s, z12.s\n", // k = 1, 3
+            "uzp1 z3.s, z1.s, z1.s\n",
+            "uzp2 z4.s, z1.s, z1.s\n",
+            "uzp1 z5.s, z2.s, z2.s\n",
+            "uzp2 z6.s, z2.s, z2.s\n",
+            "fadd z28.s, z28.s, z3.s\n",
+            "fadd z28.s, z28.s, z5.s\n",
+            "fadd z28.s, z28.s, z4.s\n",
+            "fadd z28.s, z28.s, z6.s\n",
+            "uzp1 z1.s, z30.s, z30.s\n",
+            "uzp2 z2.s, z30.s, z30.s\n",
+            "uzp1 z3.s, z1.s, z1.s\n",
+            "uzp2 z4.s, z1.s, z1.s\n",
+            "uzp1 z5.s, z2.s, z2.s\n",
+            "uzp2 z6.s, z2.s, z2.s\n",
+            "fadd z10.s, z10.s, z3.s\n",
+            "fadd z10.s, z10.s, z5.s\n",
+            "fadd z10.s, z10.s, z4.s\n",
+            "fadd z10.s, z10.s, z6.s\n",
+        )
+    };
+}
+
+macro_rules! q4_pair_asm {
+    ($m:ident, $jshift:literal, $kmask:literal, $acc:expr, $b:literal) => {
+        // SAFETY: per group (eight whole rows), reads 32·nb bytes at x and
+        // 16·nb at each w[j] (predicated: nothing past them), and only the
+        // scales of blocks < nb (p3) of the group's rows (sw, and sw4 four
+        // rows on); writes eight floats at y and only the declared
+        // registers. `Matvec::wide` made every pointer from the
+        // operands `check_matvec` accepted.
+        asm!(
+            "ptrue p0.b",
+            "index z26.s, #0, #1",
+            "mov z27.d, z26.d",
+            $jshift,
+            $kmask,
+            "mov z15.s, {nb:w}",
+            "mul z27.s, p0/m, z27.s, z15.s",
+            "add z27.s, z27.s, z26.s",
+            "mov z16.s, #0",
+            "mov z17.s, #0",
+            "mov z18.s, #0",
+            "mov z19.s, #0",
+            "mov z20.s, #0",
+            "mov z21.s, #0",
+            "mov z22.s, #0",
+            "mov z23.s, #0",
+            "mov z11.s, #0",
+            "mov z29.s, #0",
+            "cnth {off}",
+            "whilelt p4.b, xzr, {off}",
+            "index z1.d, #0, #1",
+            "and z1.d, z1.d, #2",
+            "cmpeq p6.d, p0/z, z1.d, #0",
+            "cmpne p7.d, p0/z, z1.d, #0",
+            "3:",
+            "mov z13.d, z26.d",
+            "mov z14.d, z27.d",
+            "mov z28.s, #0",
+            "mov z10.s, #0",
+            "mov {off}, #0",
+            "cntb {off2}",
+            "mov {offq}, #0",
+            "2:",
+            "whilelt p1.b, {off}, {nbytes}",
+            "whilelt p5.b, {off2}, {nbytes}",
+            "whilelt p2.b, {offq}, {qbytes}",
+            "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
+            "ld1b {{z9.b}}, p5/z, [{x}, {off2}]",
+            "compact z1.d, p6, z0.d",
+            "compact z2.d, p7, z0.d",
+            "compact z3.d, p6, z9.d",
+            "compact z4.d, p7, z9.d",
+            "splice z1.b, p4, z1.b, z3.b",
+            "splice z2.b, p4, z2.b, z4.b",
+            q4_pair_row!("z3", "z4", "w0", "z16"),
+            q4_pair_row!("z5", "z6", "w1", "z17"),
+            q4_pair_row!("z7", "z8", "w2", "z18"),
+            q4_pair_row!("z0", "z9", "w3", "z19"),
+            q4_pair_row!("z3", "z4", "w4", "z20"),
+            q4_pair_row!("z5", "z6", "w5", "z21"),
+            q4_pair_row!("z7", "z8", "w6", "z22"),
+            q4_pair_row!("z0", "z9", "w7", "z23"),
+            // Two uzp rounds (a block is four lanes): rows 0–3 in z2,
+            // rows 4–7 in z6.
+            "uzp1 z1.s, z16.s, z17.s",
+            "uzp2 z2.s, z16.s, z17.s",
+            "add z1.s, z1.s, z2.s",
+            "uzp1 z3.s, z18.s, z19.s",
+            "uzp2 z4.s, z18.s, z19.s",
+            "add z3.s, z3.s, z4.s",
+            "uzp1 z5.s, z20.s, z21.s",
+            "uzp2 z6.s, z20.s, z21.s",
+            "add z5.s, z5.s, z6.s",
+            "uzp1 z7.s, z22.s, z23.s",
+            "uzp2 z8.s, z22.s, z23.s",
+            "add z7.s, z7.s, z8.s",
+            "uzp1 z2.s, z1.s, z3.s",
+            "uzp2 z4.s, z1.s, z3.s",
+            "add z2.s, z2.s, z4.s",
+            "uzp1 z6.s, z5.s, z7.s",
+            "uzp2 z8.s, z5.s, z7.s",
+            "add z6.s, z6.s, z8.s",
+            "sub z12.s, z2.s, z11.s",
+            "mov z11.d, z2.d",
+            "sub z30.s, z6.s, z29.s",
+            "mov z29.d, z6.d",
+            "scvtf z12.s, p0/m, z12.s",
+            "scvtf z30.s, p0/m, z30.s",
+            "cmphi p3.s, p0/z, z15.s, z13.s",
+            "ld1w {{z24.s}}, p3/z, [{sw}, z14.s, uxtw #2]",
+            "ld1w {{z25.s}}, p3/z, [{sx}, z13.s, uxtw #2]",
+            "fmul z12.s, z12.s, z24.s",
+            "fmul z12.s, z12.s, z25.s",
+            "ld1w {{z24.s}}, p3/z, [{sw4}, z14.s, uxtw #2]",
+            "fmul z30.s, z30.s, z24.s",
+            "fmul z30.s, z30.s, z25.s",
+            $acc,
+            concat!("add z13.s, z13.s, #", $b),
+            concat!("add z14.s, z14.s, #", $b),
+            "incb {off}, all, mul #2",
+            "incb {off2}, all, mul #2",
+            "incb {offq}",
+            "cmp {off}, {nbytes}",
+            "b.lo 2b",
+            // Rows 0–3 then 4–7 into lanes 0–7, stored.
+            "ptrue p1.s, vl4",
+            "splice z28.s, p1, z28.s, z10.s",
+            "ptrue p1.s, vl8",
+            "st1w {{z28.s}}, p1, [{y}]",
+            "add {y}, {y}, #32",
+            "add {w0}, {w0}, {adv}",
+            "add {w1}, {w1}, {adv}",
+            "add {w2}, {w2}, {adv}",
+            "add {w3}, {w3}, {adv}",
+            "add {w4}, {w4}, {adv}",
+            "add {w5}, {w5}, {adv}",
+            "add {w6}, {w6}, {adv}",
+            "add {w7}, {w7}, {adv}",
+            "add {sw}, {sw}, {swadv}",
+            "add {sw4}, {sw4}, {swadv}",
+            "subs {groups}, {groups}, #1",
+            "b.ne 3b",
+            x = in(reg) $m.x,
+            w0 = inout(reg) $m.w[0] => _,
+            w1 = inout(reg) $m.w[1] => _,
+            w2 = inout(reg) $m.w[2] => _,
+            w3 = inout(reg) $m.w[3] => _,
+            w4 = inout(reg) $m.w[4] => _,
+            w5 = inout(reg) $m.w[5] => _,
+            w6 = inout(reg) $m.w[6] => _,
+            w7 = inout(reg) $m.w[7] => _,
+            sx = in(reg) $m.sx,
+            sw = inout(reg) $m.sw => _,
+            sw4 = inout(reg) $m.sw.wrapping_add(4 * $m.nb) => _,
+            y = inout(reg) $m.y => _,
+            groups = inout(reg) $m.groups => _,
+            adv = in(reg) $m.adv,
+            swadv = in(reg) $m.swadv,
+            nb = in(reg) $m.nb,
+            nbytes = in(reg) $m.nb * QK,
+            qbytes = in(reg) $m.nb * Q4_BLOCK_BYTES,
+            off = out(reg) _,
+            off2 = out(reg) _,
+            offq = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _, out("v10") _,
+            out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
+            out("v29") _, out("v30") _,
+            out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _,
+            out("p5") _, out("p6") _, out("p7") _,
+            options(nostack)
+        )
+    };
+}
+
+/// Picks the matvec for this CPU's vector length: the wide one (eight rows,
+/// G = VL/256 blocks per step) when VL is a power of two of 256 bits or
+/// more (512 or more for Q8_0), else the narrow one (four rows, one block
+/// per step, 128-bit).
 ///
 /// Safety: SVE; `check_matvec` has accepted these arguments.
 #[allow(clippy::too_many_arguments)]
@@ -104,284 +947,163 @@ unsafe fn matvec<const Q4: bool>(
     r0: usize,
     r1: usize,
 ) {
-    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
-    let g = (vector_bytes() / QK).max(1);
-    let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
-    let mut r = r0;
-    while r < r1 {
-        let rows = (r1 - r).min(4);
-        // Row j of the group, or the group's last row for the unused slots.
-        let row = |j: usize| r + j.min(rows - 1);
-        let mut sums = [0.0f32; 4];
-        let mut b0 = 0;
-        while b0 < nb {
-            let gb = g.min(nb - b0);
-            let step = Step {
-                x: xq.add(b0 * QK),
-                w: std::array::from_fn(|j| wq.add(row(j) * stride + b0 * bb)),
-                sx: xd.add(b0),
-                sw: std::array::from_fn(|j| wd.add(row(j) * nb + b0)),
-                blocks: gb,
-            };
-            if Q4 {
-                step_q4(&step, &mut sums);
-            } else {
-                step_q8(&step, &mut sums);
-            }
-            b0 += gb;
+    if nb == 0 {
+        for i in 0..r1 - r0 {
+            *y.add(i) = 0.0;
         }
-        for (j, &s) in sums.iter().enumerate().take(rows) {
-            *y.add(r - r0 + j) = s;
-        }
-        r += rows;
+        return;
+    }
+    let m = Matvec {
+        y,
+        wq,
+        wd,
+        xq: x.q.as_ptr(),
+        xd: x.d.as_ptr(),
+        nb,
+        stride,
+        r0,
+        r1,
+    };
+    match vector_bytes() {
+        // Q8_0 at VL 256: the narrow steps take fewer instructions (per row
+        // and block about 6, the wide ones about 7: three uzp rounds cost
+        // more than three addp), so the wide Q8_0 steps start at 512.
+        32 if Q4 => m.wide::<Q4, 1>(),
+        64 => m.wide::<Q4, 2>(),
+        128 => m.wide::<Q4, 4>(),
+        256 => m.wide::<Q4, 8>(),
+        _ => m.narrow::<Q4>(),
     }
 }
 
-/// One step's operands: `blocks` (1 ≤ blocks ≤ G) blocks of the activation
-/// and of four weight rows, with their scales.
-struct Step {
+/// One matvec call's operands (as `matvec` received them).
+struct Matvec {
+    y: *mut f32,
+    wq: *const u8,
+    wd: *const f32,
+    xq: *const i8,
+    xd: *const f32,
+    nb: usize,
+    stride: usize,
+    r0: usize,
+    r1: usize,
+}
+
+impl Matvec {
+    /// Row `r + j` of a group of `rows`, or the group's last row for the
+    /// slots past it: the weights of that row.
+    #[inline(always)]
+    fn row(&self, r: usize, rows: usize, j: usize) -> *const u8 {
+        self.wq.wrapping_add((r + j.min(rows - 1)) * self.stride)
+    }
+
+    /// Whole groups of `n` rows from r0 on, then one group of the rows left
+    /// (its last row repeated in the spare slots, only its own rows stored).
+    /// `run(r, rows, groups)` computes `groups` groups of `rows` rows from
+    /// row r.
+    #[inline(always)]
+    fn groups(&self, n: usize, mut run: impl FnMut(usize, usize, usize)) {
+        let full = (self.r1 - self.r0) / n;
+        if full > 0 {
+            run(self.r0, n, full);
+        }
+        let r = self.r0 + full * n;
+        if r < self.r1 {
+            run(r, self.r1 - r, 1);
+        }
+    }
+
+    /// Four rows at a time, one block per step, in 128-bit registers (the
+    /// whole vector at VL = 128; at other lengths the low 128 bits, which
+    /// NEON's loads zero above).
+    ///
+    /// Safety: SVE; the operands passed `check_matvec`, nb ≥ 1.
+    #[target_feature(enable = "sve")]
+    unsafe fn narrow<const Q4: bool>(&self) {
+        let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+        // After a group's row, its pointers are one row on: four rows on
+        // from the group's start is this much further.
+        let adv = 4 * self.stride - self.nb * bb;
+        let swadv = 3 * self.nb * 4;
+        self.groups(4, |r, rows, groups| {
+            // Row j's scales are offs[j] floats from row r's.
+            let offs: [u32; 4] = std::array::from_fn(|j| (j.min(rows - 1) * self.nb) as u32);
+            let offs = std::arch::aarch64::vld1q_u32(offs.as_ptr());
+            let w: [*const u8; 4] = std::array::from_fn(|j| self.row(r, rows, j));
+            let (sw, y) = (self.wd.add(r * self.nb), self.y.add(r - self.r0));
+            if Q4 {
+                // SAFETY: per group, reads nb blocks of 16 bytes from each
+                // w_j, nb blocks of 32 bytes at x, nb scales at sx and at
+                // sw + offs[j] (rows the caller's range holds); writes `rows`
+                // floats at y, and only the declared registers.
+                narrow_asm!(
+                    q4_block,
+                    concat!("movi v27.16b, #0x0f\n", "movi v24.16b, #0xf8\n", "movi v23.2d, #0\n"),
+                    self, w, sw, y, rows, groups, adv, swadv, offs,
+                    out("v23") _, out("v24") _, out("v27") _,
+                );
+            } else {
+                // SAFETY: as above, with 32-byte weight blocks.
+                narrow_asm!(q8_block, "", self, w, sw, y, rows, groups, adv, swadv, offs,);
+            }
+        });
+    }
+
+    /// Eight rows at a time, G = VL/256 blocks per step (VL a power of two,
+    /// 256 bits or more, so eight rows' G blocks fill one vector of int32).
+    ///
+    /// Safety: SVE with VL = 256·G bits; the operands passed
+    /// `check_matvec`, nb ≥ 1.
+    #[target_feature(enable = "sve")]
+    unsafe fn wide<const Q4: bool, const G: usize>(&self) {
+        self.groups(8, |r, rows, groups| {
+            // Whole Q4 groups at VL 256 and 512 take two activation
+            // vectors per step (`q4_pair_asm`); the rest one.
+            let pair = Q4 && G <= 2 && rows == 8;
+            let m = Wide {
+                x: self.xq,
+                w: std::array::from_fn(|j| self.row(r, rows, j)),
+                sx: self.xd,
+                sw: self.wd.add(r * self.nb),
+                y: self.y.add(r - self.r0),
+                groups,
+                adv: 8 * self.stride,
+                swadv: 8 * self.nb * 4,
+                rows,
+                nb: self.nb,
+            };
+            match (Q4, G) {
+                (true, 1) if pair => {
+                    q4_pair_asm!(m, "lsr z27.s, z27.s, #1", "and z26.s, z26.s, #1", acc_pair_g1!(), "2")
+                }
+                (true, 2) if pair => {
+                    q4_pair_asm!(m, "lsr z27.s, z27.s, #2", "and z26.s, z26.s, #3", acc_pair_g2!(), "4")
+                }
+                (false, 1) => unreachable!("Q8_0 at VL 256 takes the narrow steps"),
+                (false, 2) => wide_asm!(q8, m, "lsr z27.s, z27.s, #1\n", "and z26.s, z26.s, #1", acc_g2!(), "2"),
+                (false, 4) => wide_asm!(q8, m, "lsr z27.s, z27.s, #2\n", "and z26.s, z26.s, #3", acc_g4!(), "4"),
+                (false, _) => wide_asm!(q8, m, "lsr z27.s, z27.s, #3\n", "and z26.s, z26.s, #7", acc_g8!(), "8"),
+                (true, 1) => wide_asm!(q4, m, "", "mov z26.s, #0", acc_g1!(), "1"),
+                (true, 2) => wide_asm!(q4, m, "lsr z27.s, z27.s, #1\n", "and z26.s, z26.s, #1", acc_g2!(), "2"),
+                (true, 4) => wide_asm!(q4, m, "lsr z27.s, z27.s, #2\n", "and z26.s, z26.s, #3", acc_g4!(), "4"),
+                (true, _) => wide_asm!(q4, m, "lsr z27.s, z27.s, #3\n", "and z26.s, z26.s, #7", acc_g8!(), "8"),
+            }
+        });
+    }
+}
+
+/// One wide asm call's operands: `groups` groups of `rows` rows, the first
+/// group's row pointers; each next group is `adv` weight bytes and `swadv`
+/// scale bytes on.
+struct Wide {
     x: *const i8,
-    w: [*const u8; 4],
+    w: [*const u8; 8],
     sx: *const f32,
-    sw: [*const f32; 4],
-    blocks: usize,
-}
-
-// Steps 2 and 3 of the module comment, as asm text shared by both formats.
-// z23 is zero, z24/z25 scratch, z26 the activation scales, p0 all-true, p3
-// the step's blocks.
-
-/// Lane k of `$z` ← block k's int32 sum (three rounds of adjacent adds).
-macro_rules! block_sums {
-    ($z:literal) => {
-        concat!(
-            "uzp1 z24.s, ",
-            $z,
-            ".s, z23.s\n",
-            "uzp2 z25.s, ",
-            $z,
-            ".s, z23.s\n",
-            "add ",
-            $z,
-            ".s, z24.s, z25.s\n",
-            "uzp1 z24.s, ",
-            $z,
-            ".s, z23.s\n",
-            "uzp2 z25.s, ",
-            $z,
-            ".s, z23.s\n",
-            "add ",
-            $z,
-            ".s, z24.s, z25.s\n",
-            "uzp1 z24.s, ",
-            $z,
-            ".s, z23.s\n",
-            "uzp2 z25.s, ",
-            $z,
-            ".s, z23.s\n",
-            "add ",
-            $z,
-            ".s, z24.s, z25.s\n",
-        )
-    };
-}
-
-/// `$s` += Σ_k (float(sumi_k) · dw_k) · dx_k, in block order.
-macro_rules! scale_add {
-    ($z:literal, $sw:literal, $s:literal) => {
-        concat!(
-            "scvtf ",
-            $z,
-            ".s, p0/m, ",
-            $z,
-            ".s\n",
-            "ld1w {{z24.s}}, p3/z, [{",
-            $sw,
-            "}]\n",
-            "fmul ",
-            $z,
-            ".s, ",
-            $z,
-            ".s, z24.s\n",
-            "fmul ",
-            $z,
-            ".s, ",
-            $z,
-            ".s, z26.s\n",
-            "fadda ",
-            $s,
-            ", p3, ",
-            $s,
-            ", ",
-            $z,
-            ".s\n",
-        )
-    };
-}
-
-macro_rules! finish_step {
-    () => {
-        concat!(
-            block_sums!("z16"),
-            block_sums!("z17"),
-            block_sums!("z18"),
-            block_sums!("z19"),
-            "whilelt p3.s, xzr, {blocks}\n",
-            "ld1w {{z26.s}}, p3/z, [{sx}]\n",
-            scale_add!("z16", "sw0", "s28"),
-            scale_add!("z17", "sw1", "s29"),
-            scale_add!("z18", "sw2", "s30"),
-            scale_add!("z19", "sw3", "s31"),
-        )
-    };
-}
-
-/// Q8_0 step: the weight chunks are loaded as they are.
-///
-/// Safety: SVE; the step's pointers are valid for its blocks.
-#[target_feature(enable = "sve")]
-unsafe fn step_q8(s: &Step, sums: &mut [f32; 4]) {
-    let [mut a, mut b, mut c, mut d] = *sums;
-    // SAFETY: reads 32·blocks bytes at x and at each w[j], and `blocks`
-    // scales at sx and each sw[j] (predicated: nothing beyond); writes only
-    // the declared registers.
-    asm!(
-        "ptrue p0.b",
-        "mov z23.s, #0",
-        "mov z16.s, #0",
-        "mov z17.s, #0",
-        "mov z18.s, #0",
-        "mov z19.s, #0",
-        "mov {off}, #0",
-        "2:",
-        "whilelt p1.b, {off}, {nbytes}",
-        "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
-        "ld1b {{z1.b}}, p1/z, [{w0}, {off}]",
-        "ld1b {{z2.b}}, p1/z, [{w1}, {off}]",
-        "ld1b {{z3.b}}, p1/z, [{w2}, {off}]",
-        "ld1b {{z4.b}}, p1/z, [{w3}, {off}]",
-        "sdot z16.s, z1.b, z0.b",
-        "sdot z17.s, z2.b, z0.b",
-        "sdot z18.s, z3.b, z0.b",
-        "sdot z19.s, z4.b, z0.b",
-        "incb {off}",
-        "cmp {off}, {nbytes}",
-        "b.lo 2b",
-        finish_step!(),
-        x = in(reg) s.x,
-        w0 = in(reg) s.w[0],
-        w1 = in(reg) s.w[1],
-        w2 = in(reg) s.w[2],
-        w3 = in(reg) s.w[3],
-        sx = in(reg) s.sx,
-        sw0 = in(reg) s.sw[0],
-        sw1 = in(reg) s.sw[1],
-        sw2 = in(reg) s.sw[2],
-        sw3 = in(reg) s.sw[3],
-        nbytes = in(reg) s.blocks * QK,
-        blocks = in(reg) s.blocks,
-        off = out(reg) _,
-        inout("v28") a,
-        inout("v29") b,
-        inout("v30") c,
-        inout("v31") d,
-        out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-        out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-        out("v23") _, out("v24") _, out("v25") _, out("v26") _,
-        out("p0") _, out("p1") _, out("p3") _,
-        options(readonly, nostack)
-    );
-    *sums = [a, b, c, d];
-}
-
-/// Q4_0 step: each row's 16·blocks packed bytes are loaded once; every
-/// chunk of output bytes j = off + lane takes packed byte 16·(j / 32) +
-/// j % 16, shifted right by 4 when j % 32 ≥ 16 (the high nibbles are
-/// elements 16–31), then & 0x0F − 8.
-///
-/// Safety: SVE; the step's pointers are valid for its blocks.
-#[target_feature(enable = "sve")]
-unsafe fn step_q4(s: &Step, sums: &mut [f32; 4]) {
-    let [mut a, mut b, mut c, mut d] = *sums;
-    // SAFETY: reads 32·blocks bytes at x, 16·blocks bytes at each w[j], and
-    // `blocks` scales at sx and each sw[j] (predicated: nothing beyond);
-    // writes only the declared registers.
-    asm!(
-        "ptrue p0.b",
-        "mov z23.s, #0",
-        "mov z16.s, #0",
-        "mov z17.s, #0",
-        "mov z18.s, #0",
-        "mov z19.s, #0",
-        "whilelt p2.b, xzr, {pbytes}",
-        "ld1b {{z1.b}}, p2/z, [{w0}]",
-        "ld1b {{z2.b}}, p2/z, [{w1}]",
-        "ld1b {{z3.b}}, p2/z, [{w2}]",
-        "ld1b {{z4.b}}, p2/z, [{w3}]",
-        "mov {off}, #0",
-        "2:",
-        "whilelt p1.b, {off}, {nbytes}",
-        "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
-        // z21 = tbl index, z22 = nibble shift, for j = off + lane.
-        "index z20.b, {off:w}, #1",
-        "lsr z21.b, z20.b, #5",
-        "lsl z21.b, z21.b, #4",
-        "mov z22.d, z20.d",
-        "and z22.b, z22.b, #15",
-        "orr z21.d, z21.d, z22.d",
-        "mov z22.d, z20.d",
-        "and z22.b, z22.b, #16",
-        "lsr z22.b, z22.b, #2",
-        "tbl z5.b, {{z1.b}}, z21.b",
-        "tbl z6.b, {{z2.b}}, z21.b",
-        "tbl z7.b, {{z3.b}}, z21.b",
-        "tbl z27.b, {{z4.b}}, z21.b",
-        "lsr z5.b, p0/m, z5.b, z22.b",
-        "lsr z6.b, p0/m, z6.b, z22.b",
-        "lsr z7.b, p0/m, z7.b, z22.b",
-        "lsr z27.b, p0/m, z27.b, z22.b",
-        "and z5.b, z5.b, #15",
-        "and z6.b, z6.b, #15",
-        "and z7.b, z7.b, #15",
-        "and z27.b, z27.b, #15",
-        "sub z5.b, z5.b, #8",
-        "sub z6.b, z6.b, #8",
-        "sub z7.b, z7.b, #8",
-        "sub z27.b, z27.b, #8",
-        // Lanes past the step's bytes multiply a zero activation.
-        "sdot z16.s, z5.b, z0.b",
-        "sdot z17.s, z6.b, z0.b",
-        "sdot z18.s, z7.b, z0.b",
-        "sdot z19.s, z27.b, z0.b",
-        "incb {off}",
-        "cmp {off}, {nbytes}",
-        "b.lo 2b",
-        finish_step!(),
-        x = in(reg) s.x,
-        w0 = in(reg) s.w[0],
-        w1 = in(reg) s.w[1],
-        w2 = in(reg) s.w[2],
-        w3 = in(reg) s.w[3],
-        sx = in(reg) s.sx,
-        sw0 = in(reg) s.sw[0],
-        sw1 = in(reg) s.sw[1],
-        sw2 = in(reg) s.sw[2],
-        sw3 = in(reg) s.sw[3],
-        nbytes = in(reg) s.blocks * QK,
-        pbytes = in(reg) s.blocks * Q4_BLOCK_BYTES,
-        blocks = in(reg) s.blocks,
-        off = out(reg) _,
-        inout("v28") a,
-        inout("v29") b,
-        inout("v30") c,
-        inout("v31") d,
-        out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-        out("v5") _, out("v6") _, out("v7") _,
-        out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-        out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-        out("v24") _, out("v25") _, out("v26") _, out("v27") _,
-        out("p0") _, out("p1") _, out("p2") _, out("p3") _,
-        options(readonly, nostack)
-    );
-    *sums = [a, b, c, d];
+    sw: *const f32,
+    y: *mut f32,
+    groups: usize,
+    adv: usize,
+    swadv: usize,
+    rows: usize,
+    nb: usize,
 }
