@@ -425,3 +425,18 @@ fn bench_json_holds_decode_against_the_bandwidth_read_during_it() {
     let peak_fraction = decode / (peak * 1e9 / num("weight_bytes_per_token"));
     assert!((num("peak_roofline_fraction") - peak_fraction).abs() < 1e-3, "{m}");
 }
+
+/// `--no-stats` (the matrix's instruction counts) drops only the timing
+/// line: the same tokens, nothing on stderr.
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn run_without_stats_prints_the_same_tokens_and_no_timing() {
+    let dir = TempDir::new("nostats");
+    let m = gen(&dir, "m.mlb", &[]);
+    let with = ml(&["run", &m, "--tokens", "1", "-n", "8", "--temp", "0"]);
+    let without = ml(&["run", &m, "--tokens", "1", "-n", "8", "--temp", "0", "--no-stats"]);
+    assert!(without.status.success(), "{}", stderr(&without));
+    assert_eq!(stdout(&with), stdout(&without));
+    assert!(stderr(&with).contains("tok/s"), "{}", stderr(&with));
+    assert_eq!(stderr(&without), "");
+}
