@@ -12,6 +12,11 @@ fn ml(args: &[&str]) -> Output {
 
 /// `ml` with `env` added to its environment.
 fn ml_env(env: &[(&str, &str)], args: &[&str]) -> Output {
+    ml_command(args).envs(env.iter().copied()).output().expect("start ml")
+}
+
+/// The `ml` command with `args`, not started yet.
+fn ml_command(args: &[&str]) -> Command {
     // This binary runs no kernel itself, but on a CPU the build does not
     // support it must refuse like every other test binary (exit 7), not
     // fail because the `ml` it spawns refused.
@@ -26,7 +31,8 @@ fn ml_env(env: &[(&str, &str)], args: &[&str]) -> Output {
         }
         _ => Command::new(exe),
     };
-    cmd.envs(env.iter().copied()).args(args).output().expect("start ml")
+    cmd.args(args);
+    cmd
 }
 
 fn stdout(o: &Output) -> String {
@@ -304,6 +310,30 @@ fn gen_onto_a_full_disk_leaves_no_file_and_keeps_the_old_one() {
     assert_eq!(listing(), ["m.mlb"]);
 }
 
+/// The reference llama2.c tokenizer (../shared).
+fn llama2c_tokenizer() -> String {
+    let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/llama2c-32000.bin");
+    assert!(tok.exists(), "reference tokenizer {} must exist", tok.display());
+    tok.to_string_lossy().into_owned()
+}
+
+/// One invocation of every command that prints to stdout, on `m`.
+#[cfg(unix)]
+fn every_printing_command(m: &str, tok: &str) -> Vec<Vec<String>> {
+    let bench = "bench --no-kernels --json --prompt 2 -n 4 --probe-mib 1 --seconds 0.001 --threads 1 --model";
+    [
+        format!("logits {m} --tokens 1,2 -n 2"),
+        format!("run {m} --tokens 1 -n 4 --temp 0"),
+        format!("info {m}"),
+        format!("tokenize -z {tok} hello"),
+        "isa".to_string(),
+        format!("{bench} {m}"),
+    ]
+    .iter()
+    .map(|c| c.split(' ').map(str::to_string).collect())
+    .collect()
+}
+
 // Linux only: /dev/full, a device every write to fails with ENOSPC.
 #[cfg(target_os = "linux")]
 #[test]
@@ -311,13 +341,86 @@ fn gen_onto_a_full_disk_leaves_no_file_and_keeps_the_old_one() {
 fn output_onto_a_full_disk_is_an_io_error() {
     let dir = TempDir::new("devfull");
     let m = gen(&dir, "m.mlb", &[]);
-    for args in [
-        &["logits", &m, "--tokens", "1,2", "-n", "2"][..],
-        &["run", &m, "--tokens", "1", "-n", "4", "--temp", "0"],
-    ] {
-        let o = ml_under_sh("exec >/dev/full", args);
+    for args in every_printing_command(&m, &llama2c_tokenizer()) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = ml_under_sh("exec >/dev/full", &args);
         assert_exit(&o, 3, "cannot write to stdout: No space left on device");
+        let err = stderr(&o);
+        assert_eq!(
+            err.lines().filter(|l| l.starts_with("error:")).count(),
+            1,
+            "{args:?}: {err}"
+        );
+        assert!(
+            err.lines().last().unwrap_or("").starts_with("error:"),
+            "{args:?}: {err}"
+        );
     }
+}
+
+/// A closed pipe (the reader gone, as `ml … | head -c 1` leaves it) ends
+/// every command quietly with exit 0: no error, no panic.
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn a_closed_pipe_ends_every_command_quietly() {
+    let dir = TempDir::new("epipe");
+    let m = gen(&dir, "m.mlb", &[]);
+    for args in every_printing_command(&m, &llama2c_tokenizer()) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = ml_command(&args).stdout(writer).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("error") && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// Losing stderr changes no outcome: the output, the file and the exit
+/// code are those of a run with a working stderr.
+#[cfg(target_os = "linux")]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn a_failing_stderr_changes_no_outcome() {
+    let dir = TempDir::new("stderrfull");
+    let m = gen(&dir, "m.mlb", &[]);
+    let no_stderr = |args: &[&str]| ml_under_sh("exec 2>/dev/full", args);
+    let args = ["run", &m, "--tokens", "1", "-n", "2", "--temp", "0"];
+    let o = no_stderr(&args);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(stdout(&o), stdout(&ml(&args)));
+    // Sampling prints its seed to stderr first.
+    assert_eq!(
+        no_stderr(&["run", &m, "--tokens", "1", "-n", "2"]).status.code(),
+        Some(0)
+    );
+    let out = dir.path("g.mlb");
+    let o = no_stderr(&["gen", "--out", &out, "--seed", "3"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(gen(&dir, "h.mlb", &["--seed", "3"])).unwrap()
+    );
+    // Errors keep their exit codes.
+    assert_eq!(no_stderr(&["run", "/nonexistent/x.mlb"]).status.code(), Some(3));
+    assert_eq!(no_stderr(&["run", &m, "--tokens", "1,999"]).status.code(), Some(5));
+    assert_eq!(no_stderr(&["run", &m, "--no-such-flag"]).status.code(), Some(2));
+    assert_eq!(no_stderr(&["gen"]).status.code(), Some(2));
+    assert_eq!(
+        no_stderr(&["run", &m, "--tokens", "1", "-n", "200"]).status.code(),
+        Some(0)
+    );
+    let o = no_stderr(&[
+        "bench",
+        "--no-kernels",
+        "--json",
+        "--probe-mib",
+        "1",
+        "--seconds",
+        "0.001",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
 }
 
 #[test]

@@ -472,7 +472,7 @@ fn matrix_order() -> &'static str {
 
 pub fn run(a: BenchArgs) -> Result<()> {
     let threads = a.threads.count();
-    eprintln!(
+    note!(
         "bench: tier {}, probing memory bandwidth ({} MiB buffer)...",
         kernels::TIER,
         a.probe_mib
@@ -487,7 +487,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let bandwidth = |t: usize| if t > 1 { bwn } else { bw1 };
     let mut kernel_rows = Vec::new();
     if !a.no_kernels {
-        eprintln!("bench: kernels...");
+        note!("bench: kernels...");
         kernel_rows = bench_kernels(a.seconds, &a.shapes)?;
         if threads > 1 {
             kernel_rows.extend(bench_threaded_matvec(a.seconds, threads)?);
@@ -495,7 +495,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let model_run = match &a.model {
         Some(p) => {
-            eprintln!("bench: decoding {} on {threads} thread(s)...", p.display());
+            note!("bench: decoding {} on {threads} thread(s)...", p.display());
             Some(bench_model(p, a.prompt, a.steps, threads)?)
         }
         None => None,

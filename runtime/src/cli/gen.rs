@@ -53,7 +53,7 @@ pub fn run(a: GenArgs) -> Result<()> {
         bytes = cfg.write(w)?;
         Ok(())
     })?;
-    eprintln!(
+    note!(
         "wrote {} ({} bytes, {}, seed {})",
         a.out.display(),
         bytes,

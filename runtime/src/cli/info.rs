@@ -14,8 +14,10 @@ pub fn run(a: InfoArgs) -> Result<()> {
     let model = a.load.open(&a.model)?;
     let h = model.header();
     let layout = model.layout();
-    println!("model:             {}", a.model.display());
-    println!(
+    let mut out = String::new();
+    outln!(out, "model:             {}", a.model.display());
+    outln!(
+        out,
         "loaded:            {}",
         match (model.is_mapped(), model.is_packed()) {
             (true, _) => "mapped (row-major, as in the file)",
@@ -23,22 +25,29 @@ pub fn run(a: InfoArgs) -> Result<()> {
             (false, true) => "read into memory, matrices packed in four-row groups for this tier's matvec",
         }
     );
-    println!("dim:               {}", h.dim);
-    println!("n_layers:          {}", h.n_layers);
-    println!("n_heads:           {}", h.n_heads);
-    println!("n_kv_heads:        {}", h.n_kv_heads);
-    println!("head_dim:          {}", h.head_dim());
-    println!("hidden_dim:        {}", h.hidden_dim);
-    println!("vocab:             {}", h.vocab);
-    println!("max_seq:           {}", h.max_seq);
-    println!("rope_theta:        {}", h.rope_theta);
-    println!("norm_eps:          {:e}", h.norm_eps);
-    println!("wtype:             {}", h.wtype.name());
-    println!("shared_classifier: {}", h.shared_classifier);
-    println!();
-    println!(
+    outln!(out, "dim:               {}", h.dim);
+    outln!(out, "n_layers:          {}", h.n_layers);
+    outln!(out, "n_heads:           {}", h.n_heads);
+    outln!(out, "n_kv_heads:        {}", h.n_kv_heads);
+    outln!(out, "head_dim:          {}", h.head_dim());
+    outln!(out, "hidden_dim:        {}", h.hidden_dim);
+    outln!(out, "vocab:             {}", h.vocab);
+    outln!(out, "max_seq:           {}", h.max_seq);
+    outln!(out, "rope_theta:        {}", h.rope_theta);
+    outln!(out, "norm_eps:          {:e}", h.norm_eps);
+    outln!(out, "wtype:             {}", h.wtype.name());
+    outln!(out, "shared_classifier: {}", h.shared_classifier);
+    outln!(out);
+    outln!(
+        out,
         "{:<22} {:>5} {:>12} {:>12} {:>10} {:>12} {:>10}",
-        "tensor", "type", "shape", "q offset", "q bytes", "d offset", "d bytes"
+        "tensor",
+        "type",
+        "shape",
+        "q offset",
+        "q bytes",
+        "d offset",
+        "d bytes"
     );
     for t in &layout.tensors {
         let ty = match t.kind {
@@ -50,14 +59,21 @@ pub fn run(a: InfoArgs) -> Result<()> {
             TensorKind::F32 => ("-".to_string(), "-".to_string()),
             TensorKind::Quant => (t.d_offset.to_string(), t.d_bytes.to_string()),
         };
-        println!(
+        outln!(
+            out,
             "{:<22} {:>5} {:>12} {:>12} {:>10} {:>12} {:>10}",
-            t.name, ty, shape, t.q_offset, t.q_bytes, d_off, d_bytes
+            t.name,
+            ty,
+            shape,
+            t.q_offset,
+            t.q_bytes,
+            d_off,
+            d_bytes
         );
     }
-    println!();
-    println!("file bytes:        {}", layout.file_bytes);
-    println!("weight bytes:      {}", layout.weight_bytes());
-    println!("parameters:        {}", layout.parameters());
-    Ok(())
+    outln!(out);
+    outln!(out, "file bytes:        {}", layout.file_bytes);
+    outln!(out, "weight bytes:      {}", layout.weight_bytes());
+    outln!(out, "parameters:        {}", layout.parameters());
+    super::print(&out)
 }

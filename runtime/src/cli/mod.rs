@@ -70,26 +70,20 @@ pub fn run(cli: Cli) -> Result<()> {
 fn tokenize(a: TokenizeArgs) -> Result<()> {
     let tok = legacy_ml::model::tokenizer::Tokenizer::open(&a.tokenizer)?;
     let ids = tok.encode(&a.text, !a.no_bos && tok.add_bos(), tok.add_eos());
-    println!("{}", join_ids(&ids));
-    Ok(())
+    print(&format!("{}\n", join_ids(&ids)))
 }
 
 fn isa() -> Result<()> {
     use legacy_ml::core::isa;
-    println!("build tier:        {}", isa::build_tier());
-    println!("target:            {}", std::env::consts::ARCH);
-    println!("needs features:    {}", or_none(isa::required_features()));
-    println!("host features:     {}", or_none(&isa::host_features()));
-    match isa::check() {
-        Ok(()) => {
-            println!("runs on this CPU:  yes");
-            Ok(())
-        }
-        Err(e) => {
-            println!("runs on this CPU:  no");
-            Err(e)
-        }
-    }
+    let mut out = String::new();
+    outln!(out, "build tier:        {}", isa::build_tier());
+    outln!(out, "target:            {}", std::env::consts::ARCH);
+    outln!(out, "needs features:    {}", or_none(isa::required_features()));
+    outln!(out, "host features:     {}", or_none(&isa::host_features()));
+    let check = isa::check();
+    outln!(out, "runs on this CPU:  {}", if check.is_ok() { "yes" } else { "no" });
+    print(&out)?;
+    check
 }
 
 fn or_none(list: &[&str]) -> String {
@@ -123,7 +117,7 @@ impl ThreadsArg {
         #[cfg(not(feature = "threads"))]
         {
             if self.threads.is_some_and(|n| n > 1) {
-                eprintln!("note: this build has no `threads` feature; running on 1 thread");
+                note!("note: this build has no `threads` feature; running on 1 thread");
             }
             1
         }
@@ -174,7 +168,28 @@ pub fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
     }
 }
 
-/// Writing to stdout failed (a closed pipe, a full disk).
+/// Set when a write to stdout failed with EPIPE: its reader has gone.
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether stdout's reader has gone (a closed pipe); `main` then ends
+/// quietly with exit 0, as Unix tools do when `head` has read enough.
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Writing to stdout failed: a full disk (an Io error, exit 3), or a
+/// closed pipe, which `main` turns into a quiet exit 0.
 pub fn stdout_error(e: std::io::Error) -> MlError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        STDOUT_CLOSED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     MlError::io(format!("cannot write to stdout: {e}"))
+}
+
+/// Writes `text` to stdout and flushes it.
+pub fn print(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).map_err(stdout_error)?;
+    out.flush().map_err(stdout_error)
 }

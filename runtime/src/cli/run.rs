@@ -59,7 +59,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let available = (max_seq + 1).saturating_sub(prompt.len());
     let steps = a.steps.min(available);
     if steps < a.steps {
-        eprintln!(
+        note!(
             "note: generating {steps} tokens, not {}: the model's context is {max_seq}",
             a.steps
         );
@@ -67,7 +67,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let seed = a.seed.unwrap_or_else(clock_seed);
     let mut sampler = Sampler::new(tf.header().vocab as usize, a.temperature, a.top_p, seed);
     if !sampler.is_greedy() && a.seed.is_none() {
-        eprintln!("seed: {seed}");
+        note!("seed: {seed}");
     }
 
     let stdout = std::io::stdout();
@@ -86,7 +86,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&interrupted);
     if ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).is_err() {
-        eprintln!("note: cannot install a Ctrl-C handler; Ctrl-C will end the process abruptly");
+        note!("note: cannot install a Ctrl-C handler; Ctrl-C will end the process abruptly");
     }
 
     let start = Instant::now();
@@ -97,7 +97,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let decode_start = Instant::now();
     for i in 0..steps {
         if interrupted.load(Ordering::Relaxed) {
-            eprintln!("\ninterrupted");
+            note!("\ninterrupted");
             break;
         }
         match &tokenizer {
@@ -122,7 +122,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     if a.no_stats {
         return Ok(());
     }
-    eprintln!(
+    note!(
         "prompt: {} tokens in {:.1} ms; generated {} tokens in {:.1} ms: {:.1} tok/s",
         prompt.len(),
         prefill_time.as_secs_f64() * 1e3,
@@ -214,7 +214,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
     let ctx = match a.ctx {
         Some(0) => return Err(MlError::shape("--ctx 0 leaves no room for a conversation")),
         Some(c) if c > max_seq => {
-            eprintln!("note: --ctx {c} is more than the model's max_seq; using {max_seq}");
+            note!("note: --ctx {c} is more than the model's max_seq; using {max_seq}");
             max_seq
         }
         Some(c) => c,
@@ -223,7 +223,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
     let seed = a.seed.unwrap_or_else(clock_seed);
     let mut sampler = Sampler::new(vocab, a.temperature, a.top_p, seed);
     if !sampler.is_greedy() && a.seed.is_none() {
-        eprintln!("seed: {seed}");
+        note!("seed: {seed}");
     }
     let system = match a.system {
         Some(s) if s.is_empty() => None,
@@ -241,12 +241,12 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         if g.load(Ordering::SeqCst) {
             i.store(true, Ordering::SeqCst);
         } else {
-            eprintln!();
+            note!();
             std::process::exit(0);
         }
     };
     if ctrlc::set_handler(handler).is_err() {
-        eprintln!("note: cannot install a Ctrl-C handler; Ctrl-C will end the process abruptly");
+        note!("note: cannot install a Ctrl-C handler; Ctrl-C will end the process abruptly");
     }
 
     let stdin = std::io::stdin();
@@ -325,7 +325,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         out.flush().map_err(stdout_error)?;
         if a.stats {
             let secs = decode_start.elapsed().as_secs_f64();
-            eprintln!(
+            note!(
                 "turn: {} tokens in {:.1} ms; reply: {generated} tokens in {:.1} ms ({:.1} tok/s); context: {pos} of {ctx}",
                 feed.len(),
                 prompt_time.as_secs_f64() * 1e3,
@@ -335,8 +335,8 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         }
         match end {
             ReplyEnd::EndOfTurn => {}
-            ReplyEnd::Limit => eprintln!("note: the reply reached -n {} tokens and was cut off", a.steps),
-            ReplyEnd::Interrupted => eprintln!("interrupted"),
+            ReplyEnd::Limit => note!("note: the reply reached -n {} tokens and was cut off", a.steps),
+            ReplyEnd::Interrupted => note!("interrupted"),
             ReplyEnd::ContextFull => {
                 return Err(MlError::shape(format!(
                     "context full: {pos} of {ctx} positions used; the reply was cut off; start a new chat"
