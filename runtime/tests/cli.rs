@@ -288,7 +288,8 @@ fn prompts_longer_than_the_context_are_refused_by_every_command() {
 fn gen_onto_a_full_disk_leaves_no_file_and_keeps_the_old_one() {
     // A file size limit makes write(2) fail with EFBIG (SIGXFSZ ignored), as
     // a full disk fails it with ENOSPC: the same error path, no root needed.
-    let limited = "trap '' XFSZ; ulimit -f 16";
+    // `ml` itself ignores SIGXFSZ: the shell must not do it for it.
+    let limited = "ulimit -f 16";
     let dir = TempDir::new("fulldisk");
     let out = dir.path("m.mlb");
     let listing = || {
@@ -542,4 +543,173 @@ fn run_without_stats_prints_the_same_tokens_and_no_timing() {
     assert_eq!(stdout(&with), stdout(&without));
     assert!(stderr(&with).contains("tok/s"), "{}", stderr(&with));
     assert_eq!(stderr(&without), "");
+}
+
+/// `ml gen` refuses, before writing anything, a target that exists and is
+/// not a regular file (exit 3, naming what it is).
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn gen_refuses_a_target_that_is_not_a_regular_file() {
+    let dir = TempDir::new("gentarget");
+    assert!(Command::new("mkfifo").arg(dir.path("fifo")).status().unwrap().success());
+    std::fs::create_dir(dir.path("d")).unwrap();
+    std::fs::write(dir.path("real"), b"old").unwrap();
+    std::os::unix::fs::symlink(dir.path("real"), dir.path("link")).unwrap();
+    for (name, what) in [("fifo", "a FIFO"), ("d", "a directory"), ("link", "a symbolic link")] {
+        let o = ml(&["gen", "--out", &dir.path(name)]);
+        assert_exit(&o, 3, &format!("is {what}, not a regular file"));
+        assert!(
+            !std::fs::symlink_metadata(dir.path(name)).unwrap().is_file(),
+            "{name} replaced"
+        );
+    }
+    assert_eq!(std::fs::read(dir.path("real")).unwrap(), b"old");
+    let mut names: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["d", "fifo", "link", "real"]);
+}
+
+/// Shapes the loader would reject are refused before a byte is written:
+/// a zero dimension is a usage error (exit 2), dimensions that do not fit
+/// together a Shape error (exit 5), and so is a model too large to write.
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn gen_refuses_shapes_the_loader_rejects_and_absurd_sizes() {
+    let dir = TempDir::new("genshape");
+    let out = dir.path("m.mlb");
+    for flag in [
+        "--dim",
+        "--vocab",
+        "--hidden",
+        "--layers",
+        "--max-seq",
+        "--heads",
+        "--kv-heads",
+    ] {
+        let o = ml(&["gen", "--out", &out, flag, "0"]);
+        assert_exit(&o, 2, "must be at least 1");
+        assert!(stderr(&o).contains(flag), "{}", stderr(&o));
+    }
+    assert_exit(
+        &ml(&["gen", "--out", &out, "--dim", "48"]),
+        5,
+        "dim 48 is not a multiple of 32",
+    );
+    assert_exit(
+        &ml(&["gen", "--out", &out, "--heads", "3"]),
+        5,
+        "n_heads 3 is not a multiple of n_kv_heads 2",
+    );
+    let start = std::time::Instant::now();
+    let o = ml(&["gen", "--out", &out, "--layers", "100000", "--dim", "4096"]);
+    assert_exit(&o, 5, "at most");
+    assert!(stderr(&o).contains("bytes"), "{}", stderr(&o));
+    assert!(start.elapsed().as_secs() < 10, "refused before writing");
+    assert!(std::fs::read_dir(&dir.0).unwrap().next().is_none(), "nothing written");
+}
+
+/// Ctrl-C (SIGINT) during `ml gen` removes the temporary file and leaves
+/// the target as it was.
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn ctrl_c_during_gen_leaves_no_temporary_file() {
+    let dir = TempDir::new("genint");
+    let out = dir.path("m.mlb");
+    let args = [
+        "gen", "--out", &out, "--layers", "200", "--dim", "1024", "--hidden", "4096",
+    ];
+    let child = ml_command(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let listing = || -> Vec<String> {
+        std::fs::read_dir(&dir.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while listing().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!listing().is_empty(), "no temporary file appeared");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    assert_exit(&o, 3, "interrupted");
+    assert!(listing().is_empty(), "left behind: {:?}", listing());
+}
+
+/// `ml` with `args` under a 20 s timeout and (natively) a 4 GiB address
+/// space limit: a regression that blocks or reads without end fails the
+/// test instead of hanging it or eating the machine's memory.
+#[cfg(unix)]
+fn ml_bounded(args: &[&str]) -> Output {
+    let emulated = std::env::var("ML_TEST_RUNNER").is_ok_and(|r| !r.trim().is_empty());
+    // qemu-user reserves a large address space of its own.
+    let limit = if emulated { "true" } else { "ulimit -v 4194304" };
+    let runner = std::env::var("ML_TEST_RUNNER").unwrap_or_default();
+    let mut a = vec!["timeout", "20"];
+    a.extend(runner.split_whitespace());
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(format!("{limit}; exec \"$@\"")).arg("sh");
+    legacy_ml::core::isa::guard();
+    cmd.args(a)
+        .arg(env!("CARGO_BIN_EXE_ml"))
+        .args(args)
+        .output()
+        .expect("start sh")
+}
+
+/// Tokenizer files that are not regular files are refused before they are
+/// read: /dev/zero (which would be read without end), a FIFO (which would
+/// block), a directory. Every command that takes `-z` shares the path.
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn tokenizers_that_are_not_regular_files_are_refused() {
+    let dir = TempDir::new("toknotfile");
+    let m = gen(&dir, "m.mlb", &[]);
+    let fifo = dir.path("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for (tok, what) in [
+        ("/dev/zero", "is a character device, not a regular file"),
+        (fifo.as_str(), "is a FIFO, not a regular file"),
+        (dir.0.to_str().unwrap(), "is a directory, not a regular file"),
+    ] {
+        assert_exit(&ml_bounded(&["tokenize", "-z", tok, "hello"]), 3, what);
+        assert_exit(&ml_bounded(&["run", &m, "-z", tok, "-i", "hello"]), 3, what);
+        assert_exit(&ml_bounded(&["chat", &m, "-z", tok]), 3, what);
+    }
+}
+
+/// A model that is a FIFO, a device or a directory is named as what it is,
+/// in every load mode, and a FIFO does not block the open.
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn models_that_are_not_regular_files_are_refused() {
+    let dir = TempDir::new("modelnotfile");
+    let fifo = dir.path("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for (model, what) in [
+        (fifo.as_str(), "is a FIFO, not a regular file"),
+        ("/dev/zero", "is a character device, not a regular file"),
+        (dir.0.to_str().unwrap(), "is a directory, not a regular file"),
+    ] {
+        for load in ["auto", "map", "read"] {
+            assert_exit(&ml_bounded(&["info", model, "--load", load]), 3, what);
+        }
+        assert_exit(&ml_bounded(&["run", model, "--tokens", "1", "-n", "1"]), 3, what);
+    }
 }

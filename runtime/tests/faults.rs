@@ -321,3 +321,66 @@ fn save_into_a_missing_directory_is_an_io_error() {
     assert!(e.message.contains("cannot create"), "{}", e.message);
     assert!(dir.names().is_empty());
 }
+
+// ---------------------------------------------------------------------------
+// Targets and files that are not regular files
+
+/// The names the loader and the writer give the kinds of file they refuse.
+/// Read-only: the metadata of /dev/null is only looked at.
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri's isolation hides /dev")]
+fn file_kinds_are_named() {
+    use legacy_ml::core::file::kind_name;
+    let dir = TempDir::new("kinds");
+    let file = dir.path("f");
+    std::fs::write(&file, b"x").unwrap();
+    std::os::unix::fs::symlink(&file, dir.path("l")).unwrap();
+    let kind = |p: &Path| kind_name(&std::fs::symlink_metadata(p).unwrap().file_type());
+    assert_eq!(kind(&file), "a regular file");
+    assert_eq!(kind(&dir.0), "a directory");
+    assert_eq!(kind(&dir.path("l")), "a symbolic link");
+    assert_eq!(kind(Path::new("/dev/null")), "a character device");
+    let _socket = std::os::unix::net::UnixListener::bind(dir.path("s")).unwrap();
+    assert_eq!(kind(&dir.path("s")), "a socket");
+}
+
+/// A target that exists and is not a regular file is refused before any
+/// byte is written: a FIFO, a socket, a directory, a symbolic link (even to
+/// a regular file). Each stays as it was, and no temporary file is left.
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot make FIFOs")]
+fn save_refuses_targets_that_are_not_regular_files() {
+    let dir = TempDir::new("targets");
+    let status = std::process::Command::new("mkfifo")
+        .arg(dir.path("fifo"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _socket = std::os::unix::net::UnixListener::bind(dir.path("sock")).unwrap();
+    std::fs::create_dir(dir.path("dir")).unwrap();
+    std::fs::write(dir.path("real.mlb"), b"old").unwrap();
+    std::os::unix::fs::symlink(dir.path("real.mlb"), dir.path("link.mlb")).unwrap();
+    std::os::unix::fs::symlink(dir.path("missing.mlb"), dir.path("dangling.mlb")).unwrap();
+    let before = dir.names();
+    for (name, what) in [
+        ("fifo", "a FIFO"),
+        ("sock", "a socket"),
+        ("dir", "a directory"),
+        ("link.mlb", "a symbolic link"),
+        ("dangling.mlb", "a symbolic link"),
+    ] {
+        let e = save_atomically(&dir.path(name), |w| {
+            w.write_all(b"new").map_err(|e| MlError::io(e.to_string()))
+        })
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Io, "{name}: {e}");
+        assert!(e.message.contains(what), "{name}: {e}");
+        assert!(e.message.contains("not a regular file"), "{name}: {e}");
+        let meta = std::fs::symlink_metadata(dir.path(name)).unwrap();
+        assert!(!meta.file_type().is_file(), "{name} was replaced");
+    }
+    assert_eq!(dir.names(), before);
+    assert_eq!(std::fs::read(dir.path("real.mlb")).unwrap(), b"old");
+}

@@ -5,6 +5,7 @@ mod gen;
 mod info;
 mod logits;
 mod run;
+mod sys;
 
 use clap::{Parser, Subcommand};
 use legacy_ml::{MlError, Result};
@@ -55,6 +56,7 @@ pub struct TokenizeArgs {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
+    sys::ignore_sigxfsz();
     match cli.command {
         Command::Gen(a) => gen::run(a),
         Command::Run(a) => run::run(a),

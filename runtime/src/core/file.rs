@@ -71,6 +71,82 @@ impl std::str::FromStr for LoadMode {
     }
 }
 
+/// What a file is, as error messages name it: "a regular file", "a
+/// directory", "a FIFO", "a character device", "a symbolic link"…
+pub fn kind_name(ft: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_fifo() {
+            return "a FIFO";
+        }
+        if ft.is_char_device() {
+            return "a character device";
+        }
+        if ft.is_block_device() {
+            return "a block device";
+        }
+        if ft.is_socket() {
+            return "a socket";
+        }
+    }
+    if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_file() {
+        "a regular file"
+    } else {
+        "a special file"
+    }
+}
+
+/// Opens a regular file for reading, with its length. Anything else (a
+/// FIFO, a device such as /dev/zero, a directory, a socket) is an Io error
+/// saying what it is, found before the file is opened, so a FIFO without a
+/// writer cannot block the open; the opened file is checked again (the path
+/// may have changed between the two looks).
+pub fn open_regular(path: &Path) -> Result<(File, u64)> {
+    let shown = path.display();
+    let not_regular = |ft: &std::fs::FileType| MlError::io(format!("{shown} is {}, not a regular file", kind_name(ft)));
+    let meta = std::fs::metadata(path).map_err(|e| MlError::io(format!("cannot open {shown}: {e}")))?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta.file_type()));
+    }
+    let file = File::open(path).map_err(|e| MlError::io(format!("cannot open {shown}: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| MlError::io(format!("cannot stat {shown}: {e}")))?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta.file_type()));
+    }
+    Ok((file, meta.len()))
+}
+
+/// Reads a whole regular file (`open_regular`): at most the length it had
+/// when opened; a file that grows or shrinks meanwhile is an Io error. A
+/// FIFO or /dev/zero is refused, never read without end.
+pub fn read_regular(path: &Path) -> Result<Vec<u8>> {
+    let shown = path.display();
+    let (file, len) = open_regular(path)?;
+    let size = usize::try_from(len)
+        .map_err(|_| MlError::no_mem(format!("{shown} is {len} bytes, more than this platform can address")))?;
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(size.saturating_add(1))
+        .map_err(|_| MlError::no_mem(format!("{shown} is {len} bytes, more than can be allocated")))?;
+    file.take(len.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| MlError::io(format!("cannot read {shown}: {e}")))?;
+    match (bytes.len() as u64).cmp(&len) {
+        std::cmp::Ordering::Equal => Ok(bytes),
+        std::cmp::Ordering::Less => Err(MlError::io(format!(
+            "{shown} shrank below {len} bytes while it was read"
+        ))),
+        std::cmp::Ordering::Greater => Err(MlError::io(format!("{shown} grew past {len} bytes while it was read"))),
+    }
+}
+
 pub enum Storage {
     #[cfg(feature = "mmap")]
     Mapped(memmap2::Mmap),
@@ -86,11 +162,7 @@ impl Storage {
     /// Opens the whole file, mapped or read as `mode` says.
     pub fn open_with(path: &Path, mode: LoadMode) -> Result<Storage> {
         let shown = path.display();
-        let mut file = File::open(path).map_err(|e| MlError::io(format!("cannot open {shown}: {e}")))?;
-        let len = file
-            .metadata()
-            .map_err(|e| MlError::io(format!("cannot stat {shown}: {e}")))?
-            .len();
+        let (mut file, len) = open_regular(path)?;
         let size = usize::try_from(len)
             .map_err(|_| MlError::no_mem(format!("{shown} is {len} bytes, more than this platform can address")))?;
         #[cfg(all(feature = "mmap", not(miri)))]

@@ -327,7 +327,9 @@ impl Tokenizer {
     /// Reads and validates a tokenizer file of either kind.
     pub fn open(path: &Path) -> Result<Tokenizer> {
         let shown = path.display();
-        let bytes = std::fs::read(path).map_err(|e| MlError::io(format!("cannot read {shown}: {e}")))?;
+        // A regular file only, read no further than its length: /dev/zero
+        // or a FIFO would otherwise be read without end (or block).
+        let bytes = crate::core::file::read_regular(path)?;
         Tokenizer::from_bytes(&bytes).map_err(|e| MlError::new(e.kind, format!("{shown}: {}", e.message)))
     }
 

@@ -59,17 +59,41 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// A target that exists and is not a regular file is never replaced: a
+/// rename over a device node, a FIFO or a socket would destroy it (as root,
+/// `/dev/full` for the whole machine), and over a symbolic link it would
+/// replace the link, not the file it points to. So both are refused (Io),
+/// naming what the target is; a missing target is fine.
+fn refuse_special_target(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_file() => Err(MlError::io(format!(
+            "{} is {}, not a regular file: refusing to replace it{}",
+            path.display(),
+            crate::core::file::kind_name(&meta.file_type()),
+            if meta.file_type().is_symlink() {
+                " (links are not followed; give the path of the file itself)"
+            } else {
+                ""
+            }
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Writes to a temporary file beside `path`, syncs it, then renames it over
 /// `path`: a failed write (a full disk, say) never leaves a half-written
 /// model where a good one is expected, and a model already there stays as it
 /// was. The temporary file is removed on every failure, a panic of `write`
 /// included; only a killed process can leave one (`.NAME.tmpPID`) behind.
+/// A target that exists and is not a regular file (a device, a FIFO, a
+/// directory, a symbolic link) is refused before anything is written.
 pub fn save_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
     let shown = path.display();
     let name = path
         .file_name()
         .ok_or_else(|| MlError::io(format!("{shown} is not a file path")))?;
     let tmp = path.with_file_name(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    refuse_special_target(path)?;
 
     /// Removes the temporary file unless it was renamed into place.
     struct Cleanup<'a>(Option<&'a Path>);
@@ -91,6 +115,8 @@ pub fn save_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result
     file.sync_all()
         .map_err(|e| MlError::io(format!("cannot sync {shown}: {e}")))?;
     drop(file);
+    // Again: the target may have been made a FIFO or a link meanwhile.
+    refuse_special_target(path)?;
     std::fs::rename(&tmp, path).map_err(|e| MlError::io(format!("cannot rename into {shown}: {e}")))?;
     cleanup.0 = None;
     // Make the rename itself durable. Best effort: the new file is complete
