@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import struct
 import sys
 import time
@@ -296,16 +297,42 @@ def header_bytes(c: Config, wtype: str) -> bytes:
     return h + b"\0" * (HEADER_BYTES - len(h))
 
 
+def _file_kind(mode: int) -> str:
+    for test, name in [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")]:
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def refuse_special_target(path: Path) -> None:
+    """A target that exists and is not a regular file is never replaced (as
+    `ml gen` does): renaming over a device node, a FIFO or a socket would
+    destroy it, and over a symbolic link would replace the link, not the
+    file (links are not followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise ConvertError(f"{path} is {_file_kind(mode)}, not a regular file: refusing to replace it")
+
+
 def atomic_write(path: Path, write: Callable[[object], None]) -> None:
     """Writes to a temporary file beside `path`, syncs, then renames it into
-    place: a failed conversion never leaves a half-written file there."""
+    place: a failed conversion never leaves a half-written file there. A
+    target that exists and is not a regular file is refused first."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    refuse_special_target(path)
     try:
         with open(tmp, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        refuse_special_target(path)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -92,3 +92,32 @@ def test_atomic_write_cleans_up_after_any_exception(tmp_path, exc):
     convert.atomic_write(target, lambda f: f.write(b"new"))
     assert target.read_bytes() == b"new"
     assert sorted(os.listdir(tmp_path)) == ["t.tok"]
+
+
+def _kinds(tmp_path):
+    """Targets that are not regular files, made inside tmp_path only."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "real").write_bytes(b"old")
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    os.symlink(tmp_path / "missing", tmp_path / "dangling")
+    return [("fifo", "a FIFO"), ("dir", "a directory"), ("link", "a symbolic link"),
+            ("dangling", "a symbolic link")]
+
+
+def test_atomic_write_refuses_targets_that_are_not_regular_files(tmp_path):
+    import stat
+    for name, what in _kinds(tmp_path):
+        with pytest.raises(convert.ConvertError, match=f"is {what}, not a regular file"):
+            convert.atomic_write(tmp_path / name, lambda f: f.write(b"new"))
+        assert not stat.S_ISREG(os.lstat(tmp_path / name).st_mode), name
+    assert (tmp_path / "real").read_bytes() == b"old"
+    assert sorted(os.listdir(tmp_path)) == ["dangling", "dir", "fifo", "link", "real"]
+
+
+def test_convert_refuses_an_output_that_is_a_fifo(ckpt, capsys):
+    path, out = ckpt
+    os.mkfifo(out / "m.mlb")
+    assert convert_main(path, "--out", out / "m.mlb", "-q") == 1
+    assert "is a FIFO, not a regular file" in capsys.readouterr().err
+    assert sorted(os.listdir(out)) == ["m.mlb"]
