@@ -249,7 +249,7 @@ fn prompts_longer_than_the_context_are_refused_by_every_command() {
     let o = ml(&["run", &m, "--tokens", &ids(8), "-n", "5", "--temp", "0"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o).split_whitespace().count(), 1, "{}", stdout(&o));
-    assert!(stderr(&o).contains("generating 1 tokens, not 5: the model's context is 8"));
+    assert!(stderr(&o).contains("generating 1 tokens, not 5: the context is 8"));
 
     let o = ml(&["logits", &m, "--tokens", &ids(9), "-n", "1"]);
     assert_exit(
@@ -712,4 +712,160 @@ fn models_that_are_not_regular_files_are_refused() {
         }
         assert_exit(&ml_bounded(&["run", model, "--tokens", "1", "-n", "1"]), 3, what);
     }
+}
+
+/// Option values that mean nothing are usage errors (exit 2) that say the
+/// valid range, in every command that takes them.
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn options_that_mean_nothing_are_usage_errors() {
+    let dir = TempDir::new("options");
+    let m = gen(&dir, "m.mlb", &[]);
+    let run = |extra: &str| format!("run {m} --tokens 1 {extra}");
+    let chat = |extra: &str| format!("chat {m} -z tok {extra}");
+    let cases = [
+        (run("--temp NaN"), "a finite number ≥ 0"),
+        (run("--temp inf"), "a finite number ≥ 0"),
+        (run("--temp -1"), "a finite number ≥ 0"),
+        (chat("--temp -0.5"), "a finite number ≥ 0"),
+        (run("--top-p 0"), "in (0, 1]"),
+        (run("--top-p 1.5"), "in (0, 1]"),
+        (run("--top-p NaN"), "in (0, 1]"),
+        (chat("--top-p -1"), "in (0, 1]"),
+        (run("--threads 0"), "a whole number ≥ 1"),
+        ("bench --threads 0".to_string(), "a whole number ≥ 1"),
+        (run("-n -1"), "a whole number ≥ 1"),
+        (chat("-n -1"), "a whole number ≥ 1"),
+        (format!("logits {m} --tokens 1 -n 0"), "a whole number ≥ 1"),
+        (format!("logits {m} --tokens 1 -n -3"), "a whole number ≥ 1"),
+        (run("--ctx 0"), "a whole number ≥ 1"),
+        (format!("logits {m} --tokens 1 --ctx 0"), "a whole number ≥ 1"),
+    ];
+    for (args, needle) in cases {
+        let o = ml(&args.split(' ').collect::<Vec<_>>());
+        assert_exit(&o, 2, needle);
+        assert!(!stderr(&o).contains("tip:"), "{args}: {}", stderr(&o));
+    }
+}
+
+/// More threads than 4 per CPU are capped, and the cap is said.
+#[cfg(feature = "threads")]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn absurd_thread_counts_are_capped_and_said() {
+    let dir = TempDir::new("threadcap");
+    let m = gen(&dir, "m.mlb", &[]);
+    let o = ml(&[
+        "run",
+        &m,
+        "--tokens",
+        "1",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "--threads",
+        "100000",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let note = format!(
+        "--threads 100000 is more than 4 per CPU ({cpus} CPUs); using {}",
+        4 * cpus
+    );
+    assert!(stderr(&o).contains(&note), "{}", stderr(&o));
+}
+
+/// `ml run` checks that the tokenizer belongs to the model, as `chat` does.
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn run_refuses_a_tokenizer_larger_than_the_vocabulary() {
+    let dir = TempDir::new("runvocab");
+    let m = gen(&dir, "m.mlb", &[]);
+    let o = ml(&["run", &m, "-z", &llama2c_tokenizer(), "-i", "hello", "-n", "2"]);
+    assert_exit(&o, 5, "has 32000 tokens but the model's vocabulary is 256");
+    assert!(o.stdout.is_empty());
+}
+
+/// `ml bench --model` validates the model before any measurement.
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn bench_validates_the_model_first() {
+    let dir = TempDir::new("benchbad");
+    let bad = dir.path("bad.mlb");
+    std::fs::write(&bad, b"not a model").unwrap();
+    let args = [
+        "bench",
+        "--no-kernels",
+        "--probe-mib",
+        "1",
+        "--seconds",
+        "0.001",
+        "--model",
+    ];
+    for (model, code) in [(bad.as_str(), 4), ("/nonexistent/m.mlb", 3)] {
+        let o = ml(&[&args[..], &[model]].concat());
+        assert_eq!(o.status.code(), Some(code), "{}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "nothing measured: {}", stderr(&o));
+    }
+}
+
+/// A header's max_seq costs nothing up front: the tables and the KV cache
+/// are sized by the context used, by default min(max_seq, 4096), and the
+/// first line of stderr says when the model's context was capped.
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn the_context_used_sizes_the_run_not_the_header() {
+    let dir = TempDir::new("ctx");
+    let huge = gen(&dir, "huge.mlb", &["--max-seq", "35000000"]);
+    for args in [
+        &["run", &huge, "--tokens", "1", "-n", "2", "--temp", "0"][..],
+        &["logits", &huge, "--tokens", "1", "-n", "2"],
+        &[
+            "bench",
+            "--no-kernels",
+            "--probe-mib",
+            "1",
+            "--seconds",
+            "0.001",
+            "-n",
+            "2",
+            "--model",
+            &huge,
+        ],
+    ] {
+        let o = ml_bounded(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        let first = stderr(&o).lines().next().unwrap_or("").to_string();
+        assert!(
+            first.contains("35000000") && first.contains("using 4096"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = ml_bounded(&["run", &huge, "--tokens", "1", "-n", "2", "--temp", "0", "--ctx", "16"]);
+    assert!(o.status.success() && !stderr(&o).contains("35000000"), "{}", stderr(&o));
+
+    // --ctx bounds the prompt and changes no logit.
+    let m = gen(&dir, "m.mlb", &[]);
+    let o = ml(&[
+        "logits",
+        &m,
+        "--tokens",
+        &vec!["3"; 9].join(","),
+        "-n",
+        "1",
+        "--ctx",
+        "8",
+    ]);
+    assert_exit(&o, 5, "the context (--ctx) is 8");
+    let logits = |extra: &[&str]| stdout(&ml(&[&["logits", &m, "--tokens", "1,7", "-n", "3"][..], extra].concat()));
+    assert_eq!(logits(&["--ctx", "4"]), logits(&[]));
+    let o = ml(&["run", &m, "--tokens", "1", "-n", "2", "--temp", "0", "--ctx", "1000"]);
+    assert!(
+        stderr(&o).contains("--ctx 1000 is more than the model's max_seq 64; using 64"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -258,7 +258,7 @@ fn positions_past_the_context_are_shape_errors() {
     assert_eq!(e.kind, ErrorKind::Shape);
     assert_eq!(
         e.message,
-        format!("position {max_seq} is past the model's context: max_seq is {max_seq}")
+        format!("position {max_seq} is past the end: the model's context (max_seq) is {max_seq}")
     );
     let e = tf.prefill(&[]).unwrap_err();
     assert_eq!((e.kind, e.message.contains("empty")), (ErrorKind::Shape, true));
@@ -383,4 +383,37 @@ fn save_refuses_targets_that_are_not_regular_files() {
     }
     assert_eq!(dir.names(), before);
     assert_eq!(std::fs::read(dir.path("real.mlb")).unwrap(), b"old");
+}
+
+/// A transformer with a smaller context sizes its buffers by it, gives the
+/// same logits at the positions it holds, and refuses the rest naming both.
+#[test]
+fn a_smaller_context_costs_less_and_changes_no_logit() {
+    legacy_ml::core::isa::guard();
+    let c = cfg(3);
+    let model = Model::from_bytes(&{
+        let mut v = Vec::new();
+        c.write(&mut v).unwrap();
+        v
+    })
+    .unwrap();
+    let max_seq = c.max_seq as usize;
+    let full = Transformer::with_threads(&model, 1).unwrap();
+    let ctx = max_seq / 2;
+    let mut small = Transformer::with_context(&model, 1, ctx).unwrap();
+    assert!(small.arena_bytes() < full.arena_bytes());
+    assert_eq!(small.header().max_seq as usize, ctx);
+    let tokens: Vec<u32> = (0..ctx as u32).map(|i| (5 * i + 1) % c.vocab).collect();
+    let got: Vec<u32> = small.prefill(&tokens).unwrap().iter().map(|v| v.to_bits()).collect();
+    assert_eq!(Some(&got), logits_bits(&model, &tokens).last());
+    let e = small.forward(1, ctx).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Shape);
+    let said = format!("the context (--ctx) is {ctx} (the model's max_seq is {max_seq})");
+    assert!(e.message.contains(&said), "{e}");
+    let bigger = Transformer::with_context(&model, 1, 1 << 40).unwrap();
+    assert_eq!(bigger.header().max_seq as usize, max_seq);
+    assert_eq!(
+        Transformer::with_context(&model, 1, 0).err().map(|e| e.kind),
+        Some(ErrorKind::Shape)
+    );
 }

@@ -31,8 +31,8 @@ pub struct BenchArgs {
     /// Prompt tokens fed before timing decode.
     #[arg(long, default_value_t = 16)]
     prompt: usize,
-    /// Tokens generated while timing decode.
-    #[arg(short = 'n', long, default_value_t = 64)]
+    /// Tokens generated while timing decode, at least 1.
+    #[arg(short = 'n', long, default_value_t = 64, allow_negative_numbers = true, value_parser = super::count)]
     steps: usize,
     /// Size of the peak bandwidth probe's buffer in MiB (far larger than the last-level cache).
     #[arg(long, default_value_t = 512)]
@@ -50,6 +50,8 @@ pub struct BenchArgs {
     /// built-in model shapes; may be repeated.
     #[arg(long = "shape", value_parser = parse_shape)]
     shapes: Vec<(usize, usize)>,
+    #[command(flatten)]
+    ctx: super::CtxArg,
     #[command(flatten)]
     threads: super::ThreadsArg,
 }
@@ -411,11 +413,16 @@ fn weights_read_per_token(model: &Model) -> Vec<&[u8]> {
 /// leaves the caches as a decode step would.
 const DECODE_CHUNK: usize = 4;
 
-fn bench_model(path: &std::path::Path, prompt: usize, steps: usize, threads: usize) -> Result<ModelRun> {
-    let model = Model::open(path)?;
-    let weights = weights_read_per_token(&model);
+fn bench_model(
+    path: &std::path::Path,
+    model: &Model,
+    mut tf: Transformer<'_>,
+    prompt: usize,
+    steps: usize,
+    threads: usize,
+) -> Result<ModelRun> {
+    let weights = weights_read_per_token(model);
     let bytes_per_token: usize = weights.iter().map(|s| s.len()).sum();
-    let mut tf = Transformer::with_threads(&model, threads)?;
     let h = *tf.header();
     let max_seq = h.max_seq as usize;
     let prompt = prompt.clamp(1, max_seq.saturating_sub(1).max(1));
@@ -472,6 +479,9 @@ fn matrix_order() -> &'static str {
 
 pub fn run(a: BenchArgs) -> Result<()> {
     let threads = a.threads.count();
+    // The model is validated before anything is measured.
+    let model = a.model.as_deref().map(Model::open).transpose()?;
+    let tf = model.as_ref().map(|m| a.ctx.transformer(m, threads)).transpose()?;
     note!(
         "bench: tier {}, probing memory bandwidth ({} MiB buffer)...",
         kernels::TIER,
@@ -493,12 +503,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
             kernel_rows.extend(bench_threaded_matvec(a.seconds, threads)?);
         }
     }
-    let model_run = match &a.model {
-        Some(p) => {
+    let model_run = match (&a.model, &model, tf) {
+        (Some(p), Some(model), Some(tf)) => {
             note!("bench: decoding {} on {threads} thread(s)...", p.display());
-            Some(bench_model(p, a.prompt, a.steps, threads)?)
+            Some(bench_model(p, model, tf, a.prompt, a.steps, threads)?)
         }
-        None => None,
+        _ => None,
     };
     let roofline = |m: &ModelRun| m.decode_bandwidth_gbps * 1e9 / m.bytes_per_token as f64;
     let peak_roofline = |m: &ModelRun| bandwidth(threads) * 1e9 / m.bytes_per_token as f64;

@@ -6,7 +6,6 @@
 
 use super::{parse_ids, stdout_error, TokenIds};
 use legacy_ml::model::sampler::argmax;
-use legacy_ml::model::transformer::Transformer;
 use legacy_ml::{MlError, Result};
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,9 +17,11 @@ pub struct LogitsArgs {
     /// Prompt token ids, e.g. 1,7,42.
     #[arg(long, value_parser = parse_ids)]
     tokens: TokenIds,
-    /// Steps to record (the first is the prompt's last position).
-    #[arg(short = 'n', long, default_value_t = 16)]
+    /// Steps to record, at least 1 (the first is the prompt's last position).
+    #[arg(short = 'n', long, default_value_t = 16, allow_negative_numbers = true, value_parser = super::count)]
     steps: usize,
+    #[command(flatten)]
+    ctx: super::CtxArg,
     #[command(flatten)]
     threads: super::ThreadsArg,
     #[command(flatten)]
@@ -29,15 +30,17 @@ pub struct LogitsArgs {
 
 pub fn run(a: LogitsArgs) -> Result<()> {
     let model = a.load.open(&a.model)?;
-    let mut tf = Transformer::with_threads(&model, a.threads.count())?;
+    let mut tf = a.ctx.transformer(&model, a.threads.count())?;
     let max_seq = tf.header().max_seq as usize;
     let prompt = a.tokens.0;
-    if a.steps == 0 || prompt.len() + a.steps - 1 > max_seq {
+    // -n is at least 1 (clap checks it).
+    if prompt.len() + a.steps - 1 > max_seq {
         return Err(MlError::shape(format!(
-            "{} prompt tokens and {} steps need {} positions; the model's context (max_seq) is {max_seq}",
+            "{} prompt tokens and {} steps need {} positions; {}",
             prompt.len(),
             a.steps,
-            prompt.len() + a.steps.max(1) - 1
+            prompt.len() + a.steps - 1,
+            tf.context_description()
         )));
     }
     let stdout = std::io::stdout();

@@ -100,22 +100,56 @@ pub fn join_ids(ids: &[u32]) -> String {
     ids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ")
 }
 
+/// `--temp`: a finite number ≥ 0.
+pub fn temperature(s: &str) -> std::result::Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err("must be a finite number ≥ 0 (0 is greedy)".to_string()),
+    }
+}
+
+/// `--top-p`: a probability mass in (0, 1].
+pub fn top_p(s: &str) -> std::result::Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        _ => Err("must be in (0, 1] (1 disables nucleus sampling)".to_string()),
+    }
+}
+
+/// A count (`-n`, `--threads`, `--ctx`): a whole number ≥ 1.
+pub fn count(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("must be a whole number ≥ 1".to_string()),
+    }
+}
+
 /// `--threads N`: worker threads for builds with feature `threads`.
 #[derive(clap::Args, Clone, Copy)]
 pub struct ThreadsArg {
-    /// Threads to run on (default: one per CPU, at most 8; builds without
-    /// feature `threads` always use 1).
-    #[arg(long = "threads")]
+    /// Threads to run on, at least 1 (default: one per CPU, at most 8; more
+    /// than 4 per CPU are capped at that; builds without feature `threads`
+    /// always use 1).
+    #[arg(long = "threads", allow_negative_numbers = true, value_parser = count)]
     threads: Option<usize>,
 }
 
 impl ThreadsArg {
     pub fn count(self) -> usize {
         #[cfg(feature = "threads")]
-        return self
-            .threads
-            .unwrap_or_else(legacy_ml::core::threads::default_threads)
-            .max(1);
+        return match self.threads {
+            None => legacy_ml::core::threads::default_threads(),
+            Some(n) => {
+                // Threads beyond this many per CPU only wait for each other.
+                const THREADS_PER_CPU: usize = 4;
+                let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+                let cap = THREADS_PER_CPU * cpus;
+                if n > cap {
+                    note!("note: --threads {n} is more than {THREADS_PER_CPU} per CPU ({cpus} CPUs); using {cap}");
+                }
+                n.clamp(1, cap)
+            }
+        };
         #[cfg(not(feature = "threads"))]
         {
             if self.threads.is_some_and(|n| n > 1) {
@@ -123,6 +157,45 @@ impl ThreadsArg {
             }
             1
         }
+    }
+}
+
+/// The context `--ctx` defaults to at most: a header may claim millions of
+/// positions, and the RoPE tables and KV cache are sized by the context.
+pub const DEFAULT_CTX: usize = 4096;
+
+/// `--ctx N`: the positions a run may use, as llama.cpp's `-c`.
+#[derive(clap::Args, Clone, Copy)]
+pub struct CtxArg {
+    /// Positions to run with: prompt and generated tokens together (default:
+    /// the model's max_seq, at most 4096; at most max_seq). The RoPE tables
+    /// and the KV cache are sized by it.
+    #[arg(long = "ctx", allow_negative_numbers = true, value_parser = count)]
+    ctx: Option<usize>,
+}
+
+impl CtxArg {
+    /// The transformer for `model` on `threads` threads with this context.
+    /// Says on stderr when the model's context was capped.
+    pub fn transformer(
+        self,
+        model: &legacy_ml::model::Model,
+        threads: usize,
+    ) -> Result<legacy_ml::model::transformer::Transformer<'_>> {
+        let max_seq = model.header().max_seq as usize;
+        let ctx = match self.ctx {
+            None if max_seq > DEFAULT_CTX => {
+                note!("note: the model's context is {max_seq} positions; using {DEFAULT_CTX} (--ctx N for more)");
+                DEFAULT_CTX
+            }
+            None => max_seq,
+            Some(c) if c > max_seq => {
+                note!("note: --ctx {c} is more than the model's max_seq {max_seq}; using {max_seq}");
+                max_seq
+            }
+            Some(c) => c,
+        };
+        legacy_ml::model::transformer::Transformer::with_context(model, threads, ctx)
     }
 }
 

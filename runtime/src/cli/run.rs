@@ -1,7 +1,6 @@
 use super::{parse_ids, stdout_error, TokenIds};
 use legacy_ml::model::sampler::Sampler;
 use legacy_ml::model::tokenizer::Tokenizer;
-use legacy_ml::model::transformer::Transformer;
 use legacy_ml::{MlError, Result};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -22,14 +21,14 @@ pub struct RunArgs {
     /// Prompt as token ids, e.g. 1,306,4658 (default: BOS, id 1).
     #[arg(long, value_parser = parse_ids)]
     tokens: Option<TokenIds>,
-    /// Tokens to generate; capped by the model's context.
-    #[arg(short = 'n', long, default_value_t = 256)]
+    /// Tokens to generate, at least 1; capped by the context.
+    #[arg(short = 'n', long, default_value_t = 256, allow_negative_numbers = true, value_parser = super::count)]
     steps: usize,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(short = 't', long = "temp", default_value_t = 1.0)]
+    /// Sampling temperature, a finite number ≥ 0; 0 is greedy.
+    #[arg(short = 't', long = "temp", default_value_t = 1.0, allow_negative_numbers = true, value_parser = super::temperature)]
     temperature: f32,
-    /// Nucleus sampling mass; 1 disables it.
-    #[arg(short = 'p', long, default_value_t = 0.9)]
+    /// Nucleus sampling mass, in (0, 1]; 1 disables it.
+    #[arg(short = 'p', long, default_value_t = 0.9, allow_negative_numbers = true, value_parser = super::top_p)]
     top_p: f32,
     /// RNG seed; the same seed and model give the same tokens (default: from the clock).
     #[arg(short = 's', long)]
@@ -40,6 +39,8 @@ pub struct RunArgs {
     #[arg(long)]
     no_stats: bool,
     #[command(flatten)]
+    ctx: super::CtxArg,
+    #[command(flatten)]
     threads: super::ThreadsArg,
     #[command(flatten)]
     load: super::LoadArg,
@@ -47,20 +48,23 @@ pub struct RunArgs {
 
 pub fn run(a: RunArgs) -> Result<()> {
     let model = a.load.open(&a.model)?;
+    let mut tf = a.ctx.transformer(&model, a.threads.count())?;
     let tokenizer = a.tokenizer.as_deref().map(Tokenizer::open).transpose()?;
+    if let (Some(tok), Some(path)) = (&tokenizer, &a.tokenizer) {
+        check_vocab(tok, path, model.header().vocab as usize)?;
+    }
     let prompt = match (&a.input, &a.tokens, &tokenizer) {
         (Some(text), _, Some(tok)) => tok.encode(text, tok.add_bos(), false),
         (_, Some(ids), _) => ids.0.clone(),
         // BOS: let the model start from nothing.
         _ => vec![1],
     };
-    let mut tf = Transformer::with_threads(&model, a.threads.count())?;
     let max_seq = tf.header().max_seq as usize;
     let available = (max_seq + 1).saturating_sub(prompt.len());
     let steps = a.steps.min(available);
     if steps < a.steps {
         note!(
-            "note: generating {steps} tokens, not {}: the model's context is {max_seq}",
+            "note: generating {steps} tokens, not {}: the context is {max_seq}",
             a.steps
         );
     }
@@ -137,6 +141,19 @@ pub fn run(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// A tokenizer with more tokens than the model's vocabulary belongs to
+/// another model: its ids would be refused, or decoded as the wrong text.
+fn check_vocab(tok: &Tokenizer, path: &std::path::Path, vocab: usize) -> Result<()> {
+    if tok.vocab_size() > vocab {
+        return Err(MlError::shape(format!(
+            "{} has {} tokens but the model's vocabulary is {vocab}: they do not belong together",
+            path.display(),
+            tok.vocab_size()
+        )));
+    }
+    Ok(())
+}
+
 fn clock_seed() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -155,21 +172,20 @@ pub struct ChatArgs {
     /// System message (default: the one the chat template inserts, if any; "" for none).
     #[arg(long)]
     system: Option<String>,
-    /// Most tokens per reply.
-    #[arg(short = 'n', long, default_value_t = 512)]
+    /// Most tokens per reply, at least 1.
+    #[arg(short = 'n', long, default_value_t = 512, allow_negative_numbers = true, value_parser = super::count)]
     steps: usize,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(short = 't', long = "temp", default_value_t = 1.0)]
+    /// Sampling temperature, a finite number ≥ 0; 0 is greedy.
+    #[arg(short = 't', long = "temp", default_value_t = 1.0, allow_negative_numbers = true, value_parser = super::temperature)]
     temperature: f32,
-    /// Nucleus sampling mass; 1 disables it.
-    #[arg(short = 'p', long, default_value_t = 0.9)]
+    /// Nucleus sampling mass, in (0, 1]; 1 disables it.
+    #[arg(short = 'p', long, default_value_t = 0.9, allow_negative_numbers = true, value_parser = super::top_p)]
     top_p: f32,
     /// RNG seed; the same seed, model and input give the same replies (default: from the clock).
     #[arg(short = 's', long)]
     seed: Option<u64>,
-    /// Positions the conversation may use (default and most: the model's max_seq).
-    #[arg(long)]
-    ctx: Option<usize>,
+    #[command(flatten)]
+    ctx: super::CtxArg,
     /// After each reply, print its speed and the context used to stderr.
     #[arg(long)]
     stats: bool,
@@ -197,29 +213,15 @@ enum ReplyEnd {
 /// ends the chat.
 pub fn chat(a: ChatArgs) -> Result<()> {
     let model = a.load.open(&a.model)?;
+    let mut tf = a.ctx.transformer(&model, a.threads.count())?;
+    let ctx = tf.header().max_seq as usize;
     let tok = Tokenizer::open(&a.tokenizer)?;
     let shown = a.tokenizer.display();
     let chat = tok
         .chat()
         .map_err(|e| MlError::new(e.kind, format!("{shown}: {}", e.message)))?;
     let vocab = model.header().vocab as usize;
-    if tok.vocab_size() > vocab {
-        return Err(MlError::shape(format!(
-            "{shown} has {} tokens but the model's vocabulary is {vocab}: they do not belong together",
-            tok.vocab_size()
-        )));
-    }
-    let mut tf = Transformer::with_threads(&model, a.threads.count())?;
-    let max_seq = tf.header().max_seq as usize;
-    let ctx = match a.ctx {
-        Some(0) => return Err(MlError::shape("--ctx 0 leaves no room for a conversation")),
-        Some(c) if c > max_seq => {
-            note!("note: --ctx {c} is more than the model's max_seq; using {max_seq}");
-            max_seq
-        }
-        Some(c) => c,
-        None => max_seq,
-    };
+    check_vocab(&tok, &a.tokenizer, vocab)?;
     let seed = a.seed.unwrap_or_else(clock_seed);
     let mut sampler = Sampler::new(vocab, a.temperature, a.top_p, seed);
     if !sampler.is_greedy() && a.seed.is_none() {

@@ -170,7 +170,11 @@ impl<'a> Buffers<'a> {
 
 /// A model ready to decode: its weights and its run-time state.
 pub struct Transformer<'m> {
+    /// The model's header, with max_seq the context this transformer runs
+    /// with (at most the model's).
     header: Header,
+    /// The model's own max_seq.
+    model_max_seq: u32,
     weights: Weights<'m>,
     regions: [usize; REGIONS],
     arena: Arena,
@@ -191,11 +195,25 @@ impl<'m> Transformer<'m> {
     /// A transformer on `threads` threads (ignored without the `threads`
     /// feature). Logits are bit-identical for any thread count.
     pub fn with_threads(model: &'m Model, threads: usize) -> Result<Transformer<'m>> {
-        let header = *model.header();
+        Transformer::with_context(model, threads, model.header().max_seq as usize)
+    }
+
+    /// A transformer that runs positions `0..ctx` only (at most the model's
+    /// max_seq): the RoPE tables and the KV cache are sized by `ctx`, so a
+    /// header's max_seq costs nothing up front. Logits are those of the
+    /// full context at every position it holds. `header().max_seq` is `ctx`.
+    pub fn with_context(model: &'m Model, threads: usize, ctx: usize) -> Result<Transformer<'m>> {
+        let mut header = *model.header();
+        let model_max_seq = header.max_seq;
+        if ctx == 0 {
+            return Err(MlError::shape("a context of 0 positions holds no token"));
+        }
+        header.max_seq = u32::try_from(ctx).unwrap_or(u32::MAX).min(model_max_seq);
         let regions = region_bytes(&header)?;
         let arena = Arena::new(&regions, "run-time buffers")?;
         let mut t = Transformer {
             header,
+            model_max_seq,
             weights: Weights::new(model)?,
             regions,
             arena,
@@ -207,6 +225,19 @@ impl<'m> Transformer<'m> {
 
     pub fn header(&self) -> &Header {
         &self.header
+    }
+
+    /// "the model's context (max_seq) is N", or, when `with_context` made it
+    /// smaller, "the context (--ctx) is N (the model's max_seq is M)".
+    pub fn context_description(&self) -> String {
+        if self.header.max_seq == self.model_max_seq {
+            format!("the model's context (max_seq) is {}", self.model_max_seq)
+        } else {
+            format!(
+                "the context (--ctx) is {} (the model's max_seq is {})",
+                self.header.max_seq, self.model_max_seq
+            )
+        }
     }
 
     /// Threads the forward pass runs on.
@@ -254,8 +285,8 @@ impl<'m> Transformer<'m> {
         }
         if pos >= h.max_seq as usize {
             return Err(MlError::shape(format!(
-                "position {pos} is past the model's context: max_seq is {}",
-                h.max_seq
+                "position {pos} is past the end: {}",
+                self.context_description()
             )));
         }
         let (kv_dim, head_dim) = (h.kv_dim() as usize, h.head_dim() as usize);
@@ -367,8 +398,9 @@ impl Transformer<'_> {
         }
         if prompt.len() > max_seq {
             return Err(MlError::shape(format!(
-                "the prompt has {} tokens but the model's context (max_seq) is {max_seq}",
-                prompt.len()
+                "the prompt has {} tokens but {}",
+                prompt.len(),
+                self.context_description()
             )));
         }
         let (last, rest) = prompt.split_last().ok_or_else(|| MlError::shape("empty prompt"))?;
