@@ -869,3 +869,82 @@ fn the_context_used_sizes_the_run_not_the_header() {
         stderr(&o)
     );
 }
+
+/// `-f FILE` (`-f -`: stdin) gives `run` its prompt text and `logits` its
+/// token ids, beyond argv's size limit; a 1 MB prompt is tokenized in
+/// seconds (the llama2.c merging is O(n log n)).
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn prompts_come_from_a_file_or_stdin() {
+    use std::io::Write;
+    let dir = TempDir::new("promptfile");
+    let m = gen(&dir, "m.mlb", &[]);
+    let ids = dir.path("ids.txt");
+    std::fs::write(&ids, "1, 7\n42\n").unwrap();
+    let expected = stdout(&ml(&["logits", &m, "--tokens", "1,7,42", "-n", "2"]));
+    let o = ml(&["logits", &m, "-f", &ids, "-n", "2"]);
+    assert_eq!(stdout(&o), expected, "{}", stderr(&o));
+    let mut child = ml_command(&["logits", &m, "-f", "-", "-n", "2"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"1 7 42").unwrap();
+    assert_eq!(stdout(&child.wait_with_output().unwrap()), expected);
+
+    let tok = llama2c_tokenizer();
+    let args = "--dim 32 --heads 2 --kv-heads 1 --hidden 32 --layers 1 --vocab 32000 --max-seq 64";
+    let big = gen(&dir, "big.mlb", &args.split(' ').collect::<Vec<_>>());
+    let text = dir.path("prompt.txt");
+    std::fs::write(&text, "Once upon a time").unwrap();
+    let run = |p: &[&str]| ml(&[&["run", &big, "-z", &tok, "-n", "3", "--temp", "0"][..], p].concat());
+    let o = run(&["-f", &text]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), stdout(&run(&["-i", "Once upon a time"])));
+
+    // A 1 MB prompt: read, tokenized and refused for the context, quickly.
+    let huge = dir.path("huge.txt");
+    std::fs::write(&huge, "The meaning of life is a story. ".repeat(1 << 15)).unwrap();
+    let start = std::time::Instant::now();
+    let o = ml_bounded(&["run", &big, "-z", &tok, "-f", &huge]);
+    assert_exit(&o, 5, "but the model's context (max_seq) is 64");
+    assert!(start.elapsed().as_secs() < 20);
+
+    // What -f refuses.
+    let fifo = dir.path("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert_exit(
+        &ml_bounded(&["run", &big, "-z", &tok, "-f", &fifo]),
+        3,
+        "is a FIFO, not a regular file",
+    );
+    assert_exit(&ml_bounded(&["logits", &m, "-f", "/dev/zero"]), 3, "not a regular file");
+    let latin1 = dir.path("latin1.txt");
+    std::fs::write(&latin1, b"caf\xe9").unwrap();
+    assert_exit(&run(&["-f", &latin1]), 4, "is not UTF-8 text: invalid byte at offset 3");
+    assert_exit(&ml(&["logits", &m, "-f", &text]), 4, "token id \"Once\"");
+    assert_exit(
+        &ml(&["logits", &m, "-f", &ids, "--tokens", "1"]),
+        2,
+        "cannot be used with",
+    );
+    assert_exit(&ml(&["logits", &m]), 2, "--tokens");
+    assert_exit(&ml(&["run", &m, "-f", &text]), 2, "--tokenizer");
+}
+
+/// The llama2.c tokenizer's merging is O(n log n): 120 KB of text (about
+/// as much as one argument may hold) takes well under the timeout, where
+/// the O(n²) loop took seconds in a release build.
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn a_long_prompt_tokenizes_quickly() {
+    let text = "I believe the meaning of life is to write. ".repeat(120_000 / 43);
+    let start = std::time::Instant::now();
+    let o = ml_bounded(&["tokenize", "-z", &llama2c_tokenizer(), &text]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("1 306 4658 278 6593 310 2834 338 304 2436 29889"));
+    assert!(start.elapsed().as_secs() < 15, "{:?}", start.elapsed());
+}

@@ -426,3 +426,63 @@ fn corrupted_bytes_never_panic() {
     assert!(ok > 0 && rejected > 0, "{ok} loaded, {rejected} rejected");
     assert_eq!(ok + rejected, 200);
 }
+
+/// Texts of every kind, from a fixed seed: words, runs of one letter,
+/// spaces, punctuation, multi-byte and unknown characters.
+fn assorted_texts(count: usize, max_chars: usize) -> Vec<String> {
+    let alphabet: Vec<char> = "aaabbb  eeeettthhhoooiinnsr.,!?'\n\tAZé日本語🦀\u{0}\u{7f}xyzq0123456789"
+        .chars()
+        .collect();
+    let words = [
+        "the", " the", "meaning", " of", " life", "Once", " upon", " a", " time", "ing", "aaaa",
+    ];
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move |n: usize| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) as usize) % n
+    };
+    (0..count)
+        .map(|_| {
+            let len = next(max_chars + 1);
+            let mut s = String::new();
+            while s.chars().count() < len {
+                match next(3) {
+                    0 => s.push_str(words[next(words.len())]),
+                    1 => s.extend(std::iter::repeat_n(alphabet[next(alphabet.len())], next(6) + 1)),
+                    _ => s.push(alphabet[next(alphabet.len())]),
+                }
+            }
+            s
+        })
+        .collect()
+}
+
+/// The O(n log n) merging gives exactly the ids of llama2.c's O(n²) loop:
+/// on the real vocabulary, and on small ones full of equal scores, where
+/// the leftmost-on-ties rule decides (0.0 and -0.0 count as equal).
+#[test]
+#[cfg_attr(miri, ignore = "the 32000-token vocabulary is slow under Miri")]
+fn merging_matches_llama2c_s_quadratic_loop() {
+    let reference = |t: &Tokenizer, s: &str| t.encode_quadratic_reference(s, true, false).unwrap();
+    for s in assorted_texts(300, 200) {
+        assert_eq!(real().encode(&s, true, false), reference(real(), &s), "{s:?}");
+    }
+    let tied = [
+        synthetic(-1.0, -1.0, -1.0),
+        synthetic(-0.0, 0.0, -5.0),
+        synthetic(0.0, -0.0, 0.0),
+        synthetic(-2.0, -1.0, -1.0),
+        synthetic(-1e10, -9.9e9, -1e10),
+    ];
+    for t in &tied {
+        for s in ["aba", "abababab", "bbbaaab", " a a a", "aaaa bbbb abab baba"] {
+            assert_eq!(t.encode(s, true, false), reference(t, s), "{s:?}");
+        }
+        for s in assorted_texts(100, 40) {
+            let s: String = s.chars().filter(|c| matches!(c, 'a' | 'b' | ' ')).collect();
+            assert_eq!(t.encode(&s, true, false), reference(t, &s), "{s:?}");
+        }
+    }
+}

@@ -5,6 +5,7 @@
 //! shortest round-trip form; a non-finite value is printed as null.
 
 use super::{parse_ids, stdout_error, TokenIds};
+use legacy_ml::model::prompt;
 use legacy_ml::model::sampler::argmax;
 use legacy_ml::{MlError, Result};
 use std::io::Write;
@@ -15,8 +16,13 @@ pub struct LogitsArgs {
     /// The .mlb model.
     model: PathBuf,
     /// Prompt token ids, e.g. 1,7,42.
-    #[arg(long, value_parser = parse_ids)]
-    tokens: TokenIds,
+    #[arg(long, value_parser = parse_ids, required_unless_present = "file")]
+    tokens: Option<TokenIds>,
+    /// Prompt token ids from a file, `-` for stdin, separated by commas or
+    /// white space: for prompts longer than a command line may be. A path
+    /// must be a regular file of at most 64 MiB.
+    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with = "tokens")]
+    file: Option<PathBuf>,
     /// Steps to record, at least 1 (the first is the prompt's last position).
     #[arg(short = 'n', long, default_value_t = 16, allow_negative_numbers = true, value_parser = super::count)]
     steps: usize,
@@ -32,7 +38,11 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     let model = a.load.open(&a.model)?;
     let mut tf = a.ctx.transformer(&model, a.threads.count())?;
     let max_seq = tf.header().max_seq as usize;
-    let prompt = a.tokens.0;
+    let prompt = match (a.tokens, &a.file) {
+        (Some(ids), _) => ids.0,
+        (None, Some(path)) => prompt::prompt_ids(&prompt::read_prompt_bytes(path)?, &path.display().to_string())?,
+        (None, None) => return Err(MlError::shape("no prompt: give --tokens or -f")),
+    };
     // -n is at least 1 (clap checks it).
     if prompt.len() + a.steps - 1 > max_seq {
         return Err(MlError::shape(format!(

@@ -231,16 +231,7 @@ pub struct TokenIds(pub Vec<u32>);
 
 /// Parses "1,2,3" (spaces allowed) into token ids.
 pub fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
-    let ids: std::result::Result<Vec<u32>, _> = s
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|p| !p.is_empty())
-        .map(|p| p.parse::<u32>().map_err(|e| format!("token id {p:?}: {e}")))
-        .collect();
-    match ids {
-        Ok(v) if v.is_empty() => Err("no token ids given".to_string()),
-        Ok(v) => Ok(TokenIds(v)),
-        Err(e) => Err(e),
-    }
+    legacy_ml::model::prompt::parse_ids(s).map(TokenIds)
 }
 
 /// Set when a write to stdout failed with EPIPE: its reader has gone.

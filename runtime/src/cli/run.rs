@@ -1,4 +1,5 @@
 use super::{parse_ids, stdout_error, TokenIds};
+use legacy_ml::model::prompt;
 use legacy_ml::model::sampler::Sampler;
 use legacy_ml::model::tokenizer::Tokenizer;
 use legacy_ml::{MlError, Result};
@@ -18,6 +19,11 @@ pub struct RunArgs {
     /// Prompt text (needs -z).
     #[arg(short = 'i', long, conflicts_with = "tokens", requires = "tokenizer")]
     input: Option<String>,
+    /// Prompt text from a file, `-` for stdin (needs -z): for prompts
+    /// longer than a command line may be. A path must be a regular file of
+    /// at most 64 MiB of UTF-8 text.
+    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with_all = ["input", "tokens"], requires = "tokenizer")]
+    file: Option<PathBuf>,
     /// Prompt as token ids, e.g. 1,306,4658 (default: BOS, id 1).
     #[arg(long, value_parser = parse_ids)]
     tokens: Option<TokenIds>,
@@ -53,7 +59,14 @@ pub fn run(a: RunArgs) -> Result<()> {
     if let (Some(tok), Some(path)) = (&tokenizer, &a.tokenizer) {
         check_vocab(tok, path, model.header().vocab as usize)?;
     }
-    let prompt = match (&a.input, &a.tokens, &tokenizer) {
+    let input = match &a.file {
+        Some(path) => Some(prompt::prompt_text(
+            &prompt::read_prompt_bytes(path)?,
+            &path.display().to_string(),
+        )?),
+        None => a.input.clone(),
+    };
+    let prompt = match (&input, &a.tokens, &tokenizer) {
         (Some(text), _, Some(tok)) => tok.encode(text, tok.add_bos(), false),
         (_, Some(ids), _) => ids.0.clone(),
         // BOS: let the model start from nothing.
@@ -76,7 +89,7 @@ pub fn run(a: RunArgs) -> Result<()> {
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    if let (Some(tok), Some(_)) = (&tokenizer, &a.input) {
+    if let (Some(tok), Some(_)) = (&tokenizer, &input) {
         let mut prev = 0;
         for &t in &prompt {
             out.write_all(tok.decode_piece(prev, t)).map_err(stdout_error)?;

@@ -215,6 +215,11 @@ impl Llama2c {
     /// text), and a missing " " piece falls back to its byte like any other
     /// character instead of pushing id -1.
     fn encode(&self, text: &str, bos: bool, eos: bool) -> Vec<u32> {
+        self.encode_with(text, bos, eos, false)
+    }
+
+    /// `encode`, merging with the O(n²) reference loop if `quadratic`.
+    fn encode_with(&self, text: &str, bos: bool, eos: bool, quadratic: bool) -> Vec<u32> {
         let mut tokens = Vec::with_capacity(text.len() + 1);
         if !text.is_empty() {
             self.push_char(' ', &mut tokens);
@@ -223,6 +228,108 @@ impl Llama2c {
             self.push_char(c, &mut tokens);
         }
 
+        let tokens = if quadratic {
+            self.merge_all_quadratic(tokens)
+        } else {
+            self.merge_all(tokens)
+        };
+        let mut out = Vec::with_capacity(tokens.len() + 2);
+        if bos {
+            out.push(BOS);
+        }
+        out.extend_from_slice(&tokens);
+        if eos {
+            out.push(EOS);
+        }
+        out
+    }
+
+    /// Merges adjacent pairs, the highest score first and the leftmost of
+    /// equal scores, until no pair merges: O(n log n) in the tokens.
+    ///
+    /// The tokens form a linked list (a merged pair keeps its left node's
+    /// index, so indices stay in text order), and a max-heap holds a
+    /// candidate for every adjacent pair that merges, ordered by score, then
+    /// by the lower left index. A merge changes only the pairs on either
+    /// side of it: those get new candidates, and candidates whose nodes
+    /// changed are dropped when they come up. The result is that of
+    /// [`Llama2c::merge_all_quadratic`], llama2.c's own loop.
+    fn merge_all(&self, mut tokens: Vec<u32>) -> Vec<u32> {
+        use std::cmp::Ordering;
+        use std::collections::BinaryHeap;
+        struct Candidate {
+            score: f32,
+            left: usize,
+            right: usize,
+            id: u32,
+            tokens: (u32, u32),
+        }
+        impl Ord for Candidate {
+            fn cmp(&self, other: &Self) -> Ordering {
+                // Scores are never NaN (a merge beats a threshold) and -0.0
+                // was made 0.0, so total_cmp is the comparison `>` makes.
+                self.score.total_cmp(&other.score).then(other.left.cmp(&self.left))
+            }
+        }
+        impl PartialOrd for Candidate {
+            fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl PartialEq for Candidate {
+            fn eq(&self, other: &Self) -> bool {
+                self.cmp(other) == Ordering::Equal
+            }
+        }
+        impl Eq for Candidate {}
+
+        const NONE: usize = usize::MAX;
+        let n = tokens.len();
+        let mut next: Vec<usize> = (1..=n).map(|i| if i < n { i } else { NONE }).collect();
+        let mut prev: Vec<usize> = (0..n).map(|i| i.checked_sub(1).unwrap_or(NONE)).collect();
+        let mut alive = vec![true; n];
+        let mut buf = Vec::with_capacity(2 * self.max_token_length);
+        let mut heap = BinaryHeap::with_capacity(n);
+        let candidate = |tokens: &[u32], left: usize, right: usize, buf: &mut Vec<u8>| {
+            self.merge(tokens[left], tokens[right], buf)
+                .map(|(score, id)| Candidate {
+                    score: score + 0.0,
+                    left,
+                    right,
+                    id,
+                    tokens: (tokens[left], tokens[right]),
+                })
+        };
+        for i in 1..n {
+            heap.extend(candidate(&tokens, i - 1, i, &mut buf));
+        }
+        while let Some(c) = heap.pop() {
+            let (l, r) = (c.left, c.right);
+            if !alive[l] || !alive[r] || next[l] != r || (tokens[l], tokens[r]) != c.tokens {
+                continue;
+            }
+            tokens[l] = c.id;
+            alive[r] = false;
+            next[l] = next[r];
+            if next[l] != NONE {
+                prev[next[l]] = l;
+                heap.extend(candidate(&tokens, l, next[l], &mut buf));
+            }
+            if prev[l] != NONE {
+                heap.extend(candidate(&tokens, prev[l], l, &mut buf));
+            }
+        }
+        tokens
+            .into_iter()
+            .zip(alive)
+            .filter_map(|(t, a)| a.then_some(t))
+            .collect()
+    }
+
+    /// llama2.c's merge loop as it was: each round scans every pair for the
+    /// best merge, O(n²). Kept as the reference the tests and the fuzz
+    /// target hold [`Llama2c::merge_all`] to.
+    fn merge_all_quadratic(&self, mut tokens: Vec<u32>) -> Vec<u32> {
         // The best merge of each adjacent pair, cached: a merge changes only
         // the pairs on either side of it, so each round costs one scan of
         // this array and two lookups instead of a lookup per pair.
@@ -254,15 +361,7 @@ impl Llama2c {
             }
         }
 
-        let mut out = Vec::with_capacity(tokens.len() + 2);
-        if bos {
-            out.push(BOS);
-        }
-        out.extend_from_slice(&tokens);
-        if eos {
-            out.push(EOS);
-        }
-        out
+        tokens
     }
 
     /// The bytes to print for `token` following `prev`: strips the leading
@@ -476,6 +575,17 @@ impl Tokenizer {
         match &self.inner {
             Inner::Llama2c(t) => t.encode(text, bos, eos),
             Inner::Bpe(b) => b.encode(text, bos, eos),
+        }
+    }
+
+    /// For a llama2.c tokenizer, `encode` with llama2.c's own O(n²) merge
+    /// loop: the reference that tests and the fuzz target hold the
+    /// O(n log n) merging to. None for a `.tok`.
+    #[doc(hidden)]
+    pub fn encode_quadratic_reference(&self, text: &str, bos: bool, eos: bool) -> Option<Vec<u32>> {
+        match &self.inner {
+            Inner::Llama2c(t) => Some(t.encode_with(text, bos, eos, true)),
+            Inner::Bpe(_) => None,
         }
     }
 
