@@ -2,7 +2,8 @@
 //! it accepts, encoding arbitrary text and decoding arbitrary ids (input
 //! framing: `fuzz_input::tokenizer_input`). A rejection is a Format error
 //! naming the record or header field; every id encoding produces is inside
-//! the vocabulary; decoding any id (in range or not) never panics.
+//! the vocabulary and the same as llama2.c's O(n²) merge loop gives;
+//! decoding any id (in range or not) never panics.
 
 #![no_main]
 
@@ -35,6 +36,13 @@ fuzz_target!(|data: &[u8]| {
     let vocab = tok.vocab_size();
     assert!(vocab >= 3);
     let ids = tok.encode(&input.text, input.bos, input.eos);
+    // The O(n log n) merging gives llama2.c's own O(n²) result.
+    assert_eq!(
+        Some(&ids),
+        tok.encode_quadratic_reference(&input.text, input.bos, input.eos).as_ref(),
+        "heap merging differs from llama2.c's loop on {:?}",
+        input.text
+    );
     if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
         panic!("encode gave id {bad}, outside the vocabulary of {vocab}");
     }

@@ -4,8 +4,9 @@
 //! Every reader here is total: a field cut short by the end of the input
 //! takes what is there, so any byte string is a valid input.
 
-/// Longest text the tokenizer targets encode. llama2.c's merge loop is
-/// quadratic in the text (as in llama2.c); a longer text only slows the run.
+/// Longest text the tokenizer targets encode. The tokenizer_llama2c target
+/// compares the O(n log n) merging with llama2.c's quadratic loop; a longer
+/// text only slows the run.
 pub const MAX_TEXT: usize = 4096;
 
 /// Front-to-back reader that never fails.
