@@ -853,7 +853,7 @@ fn the_context_used_sizes_the_run_not_the_header() {
         "logits",
         &m,
         "--tokens",
-        &vec!["3"; 9].join(","),
+        &["3"; 9].join(","),
         "-n",
         "1",
         "--ctx",
