@@ -849,16 +849,7 @@ fn the_context_used_sizes_the_run_not_the_header() {
 
     // --ctx bounds the prompt and changes no logit.
     let m = gen(&dir, "m.mlb", &[]);
-    let o = ml(&[
-        "logits",
-        &m,
-        "--tokens",
-        &["3"; 9].join(","),
-        "-n",
-        "1",
-        "--ctx",
-        "8",
-    ]);
+    let o = ml(&["logits", &m, "--tokens", &["3"; 9].join(","), "-n", "1", "--ctx", "8"]);
     assert_exit(&o, 5, "the context (--ctx) is 8");
     let logits = |extra: &[&str]| stdout(&ml(&[&["logits", &m, "--tokens", "1,7", "-n", "3"][..], extra].concat()));
     assert_eq!(logits(&["--ctx", "4"]), logits(&[]));
