@@ -124,8 +124,16 @@ pub fn prepare(sh: &Shell, root: &Path, wine: &str) -> Result<Prepared> {
     }
     c.run()
         .context("wineboot (create the Wine prefix, start its services)")?;
-    if !prefix.join("system.reg").exists() {
-        bail!("wineboot -i left no prefix at {}", prefix.display());
+    // The persistent wineserver writes a new prefix's registry on its own
+    // schedule, after `wineboot -i` has returned (seen: system.reg 30 s
+    // later on a fresh prefix, where the check below failed at once).
+    let registry = prefix.join("system.reg");
+    let waited = std::time::Instant::now();
+    while !registry.exists() && waited.elapsed() < std::time::Duration::from_secs(120) {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    if !registry.exists() {
+        bail!("wineboot -i left no prefix at {} (waited 120 s)", prefix.display());
     }
     let installed = prefix.join("drive_c/windows/system32").join(STANDIN_DLL);
     if std::fs::read(&installed).is_ok_and(|b| is_wines_own(&b)) {
