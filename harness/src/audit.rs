@@ -275,6 +275,20 @@ fn exception(symbol: &str, ext: Ext) -> Option<&'static str> {
         {
             Some("memchr's AVX2 searcher: memchr selects it at run time after CPUID (std_detect)")
         }
+        // musl's ARM atomics come in variants that `__set_thread_area`
+        // picks at start-up: the ARMv7 ones (dmb) only when AT_PLATFORM
+        // does not say v6 (src/thread/arm/__set_thread_area.c).
+        Ext::V7 if ["__a_barrier_v7", "__a_cas_v7"].contains(&symbol) => {
+            Some("musl's ARMv7 barrier/CAS: chosen at start-up only when AT_PLATFORM is not v6")
+        }
+        // libunwind restores d16-d31 only for frames whose unwind info saved
+        // them, which code built without D32 has none of.
+        Ext::D32
+            if symbol.starts_with("libunwind::Registers_arm::saveVFPv3")
+                || symbol.starts_with("libunwind::Registers_arm::restoreVFPv3") =>
+        {
+            Some("libunwind's d16-d31 save/restore: used only for frames that saved d16-d31, which this build has none of")
+        }
         Ext::Lse
             if symbol.starts_with("__aarch64_")
                 && ["cas", "swp", "ldadd", "ldclr", "ldeor", "ldset"]
@@ -435,8 +449,10 @@ pub fn target_baseline(triple: &str) -> Vec<String> {
         Arch::Aarch64 => vec!["asimd".into()],
         // Rust's armv7-unknown-linux-gnueabihf code uses d16-d31 (VFPv3-D32)
         // anywhere (seen in clap, float parsing, ml::main): D32 is part of
-        // that target's floor, so D16-only ARMv7 cores are below it.
-        Arch::Arm => vec!["vfpd32".into()],
+        // that target's floor, so D16-only ARMv7 cores are below it; it is
+        // ARMv7-A with Thumb-2 too (Debian's armhf glibc). The ARMv6
+        // targets' is ARMv6K + VFPv2 (`isa::arm_floor`).
+        Arch::Arm => crate::isa::arm_floor(triple).iter().map(|s| s.to_string()).collect(),
     }
 }
 
@@ -455,6 +471,8 @@ pub fn rust_feature_to_guard(arch: Arch, f: &str) -> String {
         (_, "crc") => "crc32".into(),
         (_, "d32") => "vfpd32".into(),
         (_, "vfp4") => "vfpv4".into(),
+        (_, "vfp3") => "vfpv3".into(),
+        (_, "vfp2") => "vfp".into(),
         (_, other) => other.to_string(),
     }
 }
@@ -1026,6 +1044,48 @@ Disassembly of section .text:
         let dirty_start = i686_fn("update_active.constprop.0", &["xorps xmm0,xmm0"]);
         let bad = audit(Arch::X86, &[main, check, dirty_start], &b);
         assert!(!bad.ok && bad.summary().contains("update_active"), "{}", bad.summary());
+    }
+
+    #[test]
+    fn armv6_builds_stay_within_armv6k_and_vfpv2() {
+        let b = Baselines::for_row("arm-unknown-linux-musleabihf", &[], vec![]);
+        assert_eq!(b.target, ["v6", "v6k", "vfp"]);
+        let ok = [
+            arm_fn(
+                "std::rt::lang_start_internal",
+                &["ldrexd sl, [r1]", "vadd.f64 d0, d1, d2"],
+            ),
+            arm_fn("__a_barrier_v7", &["dmb ish"]),
+            arm_fn("libunwind::Registers_arm::saveVFPv3(void*)", &["vstmia r0, {d16-d31}"]),
+        ];
+        let r = audit(Arch::Arm, &ok, &b);
+        assert!(r.ok, "{}", r.summary());
+        assert_eq!(r.exceptions.len(), 2, "{:?}", r.exceptions);
+        // What an ARMv7 build has everywhere is a violation here, even
+        // where the ARMv7 target allows it.
+        let v7 = [
+            arm_fn("main", &["movw r0, #4660"]),
+            arm_fn(
+                "legacy_ml::ops::matvec",
+                &["vmov.f64 d0, #1.000000e+00", "veor d16, d16, d16"],
+            ),
+            arm_fn("__a_barrier_v6", &["dmb ish"]),
+        ];
+        let r = audit(Arch::Arm, &v7, &b);
+        let got: Vec<(&str, &str)> = r
+            .violations
+            .iter()
+            .map(|v| (v.symbol.as_str(), v.feature.as_str()))
+            .collect();
+        assert!(got.contains(&("main", "v7")), "{got:?}");
+        assert!(got.contains(&("legacy_ml::ops::matvec", "vfpv3")), "{got:?}");
+        assert!(got.contains(&("legacy_ml::ops::matvec", "vfpd32")), "{got:?}");
+        assert!(got.contains(&("legacy_ml::ops::matvec", "neon")), "{got:?}");
+        assert!(got.contains(&("__a_barrier_v6", "v7")), "{got:?}");
+        assert_eq!(r.violations[0].rule, Kind::GuardPath);
+        let armv7 = Baselines::for_row("armv7-unknown-linux-gnueabihf", &[], vec![]);
+        let r = audit(Arch::Arm, &v7[..1], &armv7);
+        assert!(r.ok, "{}", r.summary());
     }
 
     #[test]

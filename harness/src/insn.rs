@@ -1,8 +1,10 @@
 //! Which instruction-set extension an instruction needs, from its objdump
 //! text (and, on x86, its encoding bytes). One table per architecture; only
 //! extensions beyond each architecture's oldest baseline are named
-//! (x86: SSE2; AArch64: ARMv8.0 + FP + ASIMD; ARMv7: ARMv7-A + VFPv3-D16;
-//! the D32 register bank is its own extension, see `audit::target_baseline`).
+//! (x86: SSE2; AArch64: ARMv8.0 + FP + ASIMD; 32-bit ARM: ARMv6 in ARM
+//! state + VFPv2, the Raspberry Pi 1's ARM1176; ARMv6K, ARMv7, Thumb-2,
+//! VFPv3 and its D32 register bank are extensions, which the ARMv7 target's
+//! floor includes, see `isa::arm_floor`).
 //!
 //! x86 lines are Intel syntax (`objdump -M intel`), e.g.
 //! `{vex} vpdpbusd ymm0,ymm1,ymm2`.
@@ -56,7 +58,11 @@ pub enum Ext {
     I8mm,
     Bf16,
     Sve,
-    // ARMv7
+    // 32-bit ARM beyond ARMv6 + VFPv2
+    V6k,
+    V7,
+    Thumb2,
+    Vfp3,
     Neon,
     D32,
     Vfp4,
@@ -108,6 +114,10 @@ impl Ext {
             I8mm => "i8mm",
             Bf16 => "bf16",
             Sve => "sve",
+            V6k => "v6k",
+            V7 => "v7",
+            Thumb2 => "thumb2",
+            Vfp3 => "vfpv3",
             Neon => "neon",
             D32 => "vfpd32",
             Vfp4 => "vfpv4",
@@ -137,7 +147,12 @@ const IMPLIES: &[(&str, &[&str])] = &[
     ("avx512_vnni", &["avx512f"]),
     ("asimddp", &["asimd"]),
     ("sve", &["asimd", "fphp"]),
-    ("neon", &["vfpd32"]),
+    ("neon", &["vfpd32", "v7"]),
+    ("vfpv4", &["vfpv3"]),
+    ("vfpd32", &["vfpv3"]),
+    ("vfpv3", &["vfp"]),
+    ("v7", &["v6k"]),
+    ("v6k", &["v6"]),
 ];
 
 /// `features` plus everything they imply.
@@ -164,7 +179,7 @@ pub fn classify(arch: Arch, insn: &str, bytes: &str) -> Vec<Ext> {
     let mut out = match arch {
         Arch::X86_64 | Arch::X86 => x86(insn, bytes, arch == Arch::X86_64),
         Arch::Aarch64 => aarch64(insn),
-        Arch::Arm => arm(insn),
+        Arch::Arm => arm(insn, bytes),
     };
     out.sort();
     out.dedup();
@@ -999,7 +1014,44 @@ const ARM_NEON_ONLY: &[&str] = &[
     "vqrdmulh", "vqabs", "vqneg", "vacge", "vacgt", "vacle", "vaclt", "vpmaxnm",
 ];
 
-fn arm(insn: &str) -> Vec<Ext> {
+/// ARMv7 (and v6T2) instructions ARMv6 lacks, by mnemonic before any
+/// condition or `.w` suffix. (`udf` is not here: LLVM's trap is the
+/// permanently undefined `0xe7ffdefe`, which every architecture faults on,
+/// on purpose.)
+const ARM_V7_ONLY: &[&str] = &[
+    "movw", "movt", "bfi", "bfc", "sbfx", "ubfx", "rbit", "mls", "dmb", "dsb", "isb", "pli", "pldw", "strht", "ldrht",
+    "ldrsht", "ldrsbt",
+];
+/// ARMv6K additions to ARMv6 (ARM1176 has them, ARM1136 does not).
+const ARM_V6K_ONLY: &[&str] = &[
+    "ldrexb", "ldrexh", "ldrexd", "strexb", "strexh", "strexd", "clrex", "yield", "wfe", "wfi", "sev",
+];
+/// Thumb instructions that exist only in Thumb-2 even in their 16-bit forms.
+const THUMB2_ONLY: &[&str] = &[
+    "it", "ite", "itt", "itee", "itet", "itte", "ittt", "cbz", "cbnz", "tbb", "tbh",
+];
+
+/// The mnemonic without a condition code or `.w`/`.n` width suffix.
+fn arm_base_mnemonic(m: &str) -> &str {
+    const CONDS: &[&str] = &[
+        "eq", "ne", "cs", "hs", "cc", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le", "al",
+    ];
+    let m = m.trim_end_matches(".w").trim_end_matches(".n");
+    let all = ARM_V7_ONLY.iter().chain(ARM_V6K_ONLY).chain(THUMB2_ONLY);
+    if all.clone().any(|k| *k == m) {
+        return m;
+    }
+    for c in CONDS {
+        if let Some(stem) = m.strip_suffix(c) {
+            if all.clone().any(|k| *k == stem) {
+                return stem;
+            }
+        }
+    }
+    m
+}
+
+fn arm(insn: &str, bytes: &str) -> Vec<Ext> {
     let insn = insn.trim().to_ascii_lowercase();
     let (mnemonic, ops) = insn.split_once(char::is_whitespace).unwrap_or((insn.as_str(), ""));
     let ops = ops.split(';').next().unwrap_or("").trim();
@@ -1051,6 +1103,29 @@ fn arm(insn: &str) -> Vec<Ext> {
     }
     if matches!(base, "sdiv" | "udiv") {
         out.push(Ext::Idiv);
+    }
+    // objdump prints a 32-bit Thumb instruction as two halfwords
+    // (`f8d0 3004`) and an ARM one as one word (`e5903004`). ARMv6 has
+    // 16-bit Thumb plus the BL/BLX pair only.
+    let halfwords: Vec<&str> = bytes.split_whitespace().collect();
+    let thumb32 = halfwords.len() == 2 && halfwords.iter().all(|h| h.len() == 4);
+    let stem = arm_base_mnemonic(base);
+    if (thumb32 && !matches!(base, "bl" | "blx")) || THUMB2_ONLY.contains(&stem) || base.ends_with(".w") {
+        out.push(Ext::Thumb2);
+    }
+    if ARM_V7_ONLY.contains(&stem) {
+        out.push(Ext::V7);
+    }
+    // The user read-only thread register (TPIDRURO), which musl built for
+    // an ARMv6K CPU reads directly instead of through the kernel helper.
+    if ARM_V6K_ONLY.contains(&stem) || (stem.starts_with("mrc") && ops.replace(' ', "").ends_with("cr13,cr0,{3}")) {
+        out.push(Ext::V6k);
+    }
+    // VFPv3: an immediate operand to vmov (`vmov.f64 d0, #1.0`) and the
+    // fixed-point vcvt (`vcvt.s32.f32 s0, s0, #16`).
+    let imm = ops.contains('#');
+    if !neon && is_v && imm && (base == "vmov" || base == "vcvt") && (sreg || dreg) {
+        out.push(Ext::Vfp3);
     }
     out
 }
@@ -1218,6 +1293,58 @@ mod tests {
         assert_eq!(r("vmov.i32\td0, #0"), vec![Neon]);
         assert_eq!(r("vfma.f32\ts0, s1, s2"), vec![Vfp4]);
         assert_eq!(r("sdiv\tr0, r1, r2"), vec![Idiv]);
+    }
+
+    #[test]
+    fn armv6_floor_and_what_lies_beyond_it() {
+        let r = |i: &str| classify(Arch::Arm, i, "");
+        // ARMv6 + VFPv2, what an ARM1176 runs.
+        for v6 in [
+            "ldrex\tr3, [r0]",
+            "strex\tr2, r1, [r0]",
+            "rev\tr0, r0",
+            "uxtb\tr0, r1",
+            "sxth\tr2, r3",
+            "smlad\tr0, r1, r2, r3",
+            "usat\tr0, #8, r1",
+            "mcr\t15, 0, r0, cr7, cr10, {5}",
+            "pld\t[r0, #64]",
+            "ldrd\tr0, [r2]",
+            "udf\t#65006",
+            "vmov.f32\ts0, s1",
+            "vcvt.s32.f32\ts0, s0",
+            "vldmia\tr0, {d0-d7}",
+            "movne\tr0, #1",
+        ] {
+            assert_eq!(r(v6), vec![], "{v6}");
+        }
+        assert_eq!(r("movw\tr0, #4660"), vec![V7]);
+        assert_eq!(r("movtne\tr0, #4660"), vec![V7]);
+        assert_eq!(r("dmb\tish"), vec![V7]);
+        assert_eq!(r("ubfx\tr0, r1, #4, #4"), vec![V7]);
+        assert_eq!(r("mls\tr0, r1, r2, r3"), vec![V7]);
+        assert_eq!(r("ldrexd\tr0, r1, [r2]"), vec![V6k]);
+        assert_eq!(r("clrex"), vec![V6k]);
+        assert_eq!(r("mrc\t15, 0, r1, cr13, cr0, {3}"), vec![V6k]);
+        assert_eq!(r("mrc\t15, 0, r0, cr1, cr0, {0}"), vec![]);
+        assert_eq!(r("vmov.f64\td0, #1.000000e+00"), vec![Vfp3]);
+        assert_eq!(r("vcvt.s32.f32\ts0, s0, #16"), vec![Vfp3]);
+        assert_eq!(r("vmov.i32\td0, #0"), vec![Neon]);
+        // Thumb-2: 32-bit encodings other than BL/BLX, IT blocks, CBZ.
+        assert_eq!(classify(Arch::Arm, "ldr.w\tr3, [r0, #4]", "f8d0 3004"), vec![Thumb2]);
+        assert_eq!(classify(Arch::Arm, "push.w\t{r4, r5, lr}", "e92d 4030"), vec![Thumb2]);
+        assert_eq!(classify(Arch::Arm, "bl\t1000", "f000 f800"), vec![]);
+        assert_eq!(classify(Arch::Arm, "push\t{r4, lr}", "b510"), vec![]);
+        assert_eq!(classify(Arch::Arm, "ldr\tr3, [r0, #4]", "e5903004"), vec![]);
+        assert_eq!(r("it\teq"), vec![Thumb2]);
+        assert_eq!(r("cbz\tr0, 1000"), vec![Thumb2]);
+        // The ARMv7 target's floor covers all of it; ARMv6's none.
+        let v7 = closure(&["v7".into(), "thumb2".into(), "vfpv3".into(), "vfpd32".into()]);
+        for f in ["v6", "v6k", "v7", "thumb2", "vfp", "vfpv3", "vfpd32"] {
+            assert!(v7.iter().any(|x| x == f), "{f} in {v7:?}");
+        }
+        let v6 = closure(&["v6".into(), "v6k".into(), "vfp".into()]);
+        assert!(!v6.iter().any(|x| x == "v7" || x == "thumb2" || x == "vfpv3"), "{v6:?}");
     }
 
     #[test]

@@ -114,6 +114,9 @@ pub fn target_needs(arch: Arch) -> &'static [&'static str] {
 
 const X86: &[Arch] = &[Arch::X86_64, Arch::X86];
 
+/// What the ARMv7-A models here have of the targets' floors.
+const ARMV7: &[&str] = &["v6", "v6k", "v7", "thumb2", "vfp", "vfpv3", "vfpd32"];
+
 /// Spec §3's tiers. `needs` is the minimum a CPU must have; the runtime's
 /// guard may check more (the harness reads the binary's own list from
 /// `ml isa` and uses that for the audit).
@@ -203,7 +206,45 @@ pub struct CpuModel {
     pub arch: Arch,
     pub model: &'static str,
     pub features: &'static [&'static str],
+    /// What it has of the targets' own floors (`isa::arm_floor`) beyond
+    /// `features`: on ARM the architecture level (`v6`, `v6k`, `v7`,
+    /// `thumb2`) and the VFP generation and register bank (`vfp` = VFPv2,
+    /// `vfpv3`, `vfpd32`). Not in `features`: the guard does not report them.
+    pub base: &'static [&'static str],
     pub note: &'static str,
+}
+
+/// The ARM part of `audit::target_baseline`: what every binary of a 32-bit
+/// ARM target may use anywhere (its code generation's floor, beside any
+/// tier), in the names of `CpuModel::base`. `armv7-unknown-linux-gnueabihf`
+/// is ARMv7-A with Thumb-2 and VFPv3-D32 (Rust's code uses d16-d31;
+/// Debian's armhf C library is Thumb-2); `arm-unknown-linux-*eabihf` is
+/// ARMv6K with VFPv2 (the Raspberry Pi 1 and Zero's ARM1176JZF-S): LLVM's
+/// 64-bit atomics there are `ldrexd`/`strexd` (ARMv6K), in std's start-up
+/// too, so a plain ARMv6 (ARM1136 r0) is below it.
+pub fn arm_floor(triple: &str) -> &'static [&'static str] {
+    if arm_v6(triple) {
+        &["v6", "v6k", "vfp"]
+    } else {
+        &["v7", "thumb2", "vfpv3", "vfpd32"]
+    }
+}
+
+/// An ARMv6 triple (`arm-unknown-linux-gnueabihf`, `…-musleabihf`), not ARMv7.
+pub fn arm_v6(triple: &str) -> bool {
+    triple.split('-').next() == Some("arm")
+}
+
+/// What a CPU model lacks of what a binary for `triple` runs before any
+/// check of this project can (`audit::target_floor`): a CPU lacking some is
+/// *below the floor* of that target, where nothing can refuse it cleanly.
+/// (On i686 that floor is the bare ISA: a pre-main check refuses CPUs
+/// without SSE2 with exit 7.)
+pub fn below_floor(triple: &str, m: &CpuModel) -> Vec<String> {
+    crate::audit::target_floor(triple)
+        .into_iter()
+        .filter(|f| !m.features.contains(&f.as_str()) && !m.base.contains(&f.as_str()))
+        .collect()
 }
 
 const SSE3: &[&str] = &["sse2", "sse3"];
@@ -220,169 +261,218 @@ pub const CPU_MODELS: &[CpuModel] = &[
         arch: Arch::X86_64,
         model: "qemu64",
         features: SSE3,
+        base: &[],
         note: "x86-64 v1 floor (SSE2, SSE3)",
     },
     CpuModel {
         arch: Arch::X86,
         model: "qemu32",
         features: SSE3,
+        base: &[],
         note: "32-bit default model (qemu-i386 only)",
     },
     CpuModel {
         arch: Arch::X86,
         model: "pentium2",
         features: &[],
+        base: &[],
         note: "Pentium II: MMX, no SSE (below Rust's i686 floor)",
     },
     CpuModel {
         arch: Arch::X86,
         model: "pentium3",
         features: &["sse"],
+        base: &[],
         note: "Pentium III: SSE, no SSE2 (below Rust's i686 floor)",
     },
     CpuModel {
         arch: Arch::X86_64,
         model: "Conroe",
         features: SSSE3,
+        base: &[],
         note: "Core 2 (SSSE3)",
     },
     CpuModel {
         arch: Arch::X86_64,
         model: "Penryn",
         features: SSE41,
+        base: &[],
         note: "Core 2 45nm (SSE4.1)",
     },
     CpuModel {
         arch: Arch::X86_64,
         model: "Nehalem",
         features: SSE42,
+        base: &[],
         note: "SSE4.2",
     },
     CpuModel {
         arch: Arch::X86_64,
         model: "SandyBridge",
         features: AVX,
+        base: &[],
         note: "AVX, no AVX2",
     },
     CpuModel {
         arch: Arch::X86_64,
         model: "Haswell",
         features: AVX2,
+        base: &[],
         note: "AVX2 + FMA",
     },
     CpuModel {
         arch: Arch::X86_64,
         model: "Skylake-Server",
         features: AVX2,
+        base: &[],
         note: "AVX-512 in the model, but TCG filters it out: AVX2 + FMA",
     },
     CpuModel {
         arch: Arch::X86_64,
         model: "max",
         features: AVX2,
+        base: &[],
         note: "everything TCG emulates: AVX2 + FMA, no AVX-512, no AVX-VNNI",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "cortex-a53",
         features: &["asimd"],
+        base: &[],
         note: "ARMv8.0, NEON",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "cortex-a57",
         features: &["asimd"],
+        base: &[],
         note: "ARMv8.0, NEON",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "cortex-a72",
         features: &["asimd"],
+        base: &[],
         note: "ARMv8.0, NEON",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "cortex-a76",
         features: &["asimd", "asimddp"],
+        base: &[],
         note: "ARMv8.2, NEON + dotprod",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "neoverse-n1",
         features: &["asimd", "asimddp"],
+        base: &[],
         note: "ARMv8.2, NEON + dotprod",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "a64fx",
         features: &["asimd", "sve"],
+        base: &[],
         note: "SVE 512-bit, no dotprod",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "max",
         features: &["asimd", "asimddp", "sve"],
+        base: &[],
         note: "everything, incl. SVE2",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "max,sve128=on",
         features: &["asimd", "asimddp", "sve"],
+        base: &[],
         note: "SVE at 128-bit vectors",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "max,sve256=on",
         features: &["asimd", "asimddp", "sve"],
+        base: &[],
         note: "SVE at 256-bit vectors",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "max,sve512=on",
         features: &["asimd", "asimddp", "sve"],
+        base: &[],
         note: "SVE at 512-bit vectors",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "max,sve2048=on,sve-default-vector-length=256",
         features: &["asimd", "asimddp", "sve"],
+        base: &[],
         note: "SVE at 2048-bit vectors (qemu-user needs the default length set too)",
     },
     CpuModel {
         arch: Arch::Aarch64,
         model: "max,sve=off",
         features: &["asimd", "asimddp"],
+        base: &[],
         note: "max without SVE",
     },
     CpuModel {
         arch: Arch::Arm,
         model: "cortex-a7",
         features: &["neon", "vfpv4"],
+        base: ARMV7,
         note: "ARMv7 + NEON + VFPv4",
     },
     CpuModel {
         arch: Arch::Arm,
         model: "cortex-a8",
         features: &["neon"],
+        base: ARMV7,
         note: "ARMv7 + NEON",
     },
     CpuModel {
         arch: Arch::Arm,
         model: "cortex-a9",
         features: &["neon"],
+        base: ARMV7,
         note: "ARMv7 + NEON",
     },
     CpuModel {
         arch: Arch::Arm,
         model: "cortex-a15",
         features: &["neon", "vfpv4"],
+        base: ARMV7,
         note: "ARMv7 + NEON + VFPv4",
     },
     CpuModel {
         arch: Arch::Arm,
         model: "cortex-a15,neon=off",
         features: &["vfpv4"],
+        base: ARMV7,
         note: "cortex-a15 without NEON",
+    },
+    CpuModel {
+        arch: Arch::Arm,
+        model: "arm1176",
+        features: &[],
+        base: &["v6", "v6k", "vfp"],
+        note: "ARM1176JZF-S (Raspberry Pi 1 and Zero): ARMv6KZ + VFPv2 (D16), no Thumb-2, no NEON",
+    },
+    CpuModel {
+        arch: Arch::Arm,
+        model: "arm11mpcore",
+        features: &[],
+        base: &["v6", "v6k", "vfp"],
+        note: "ARM11 MPCore: ARMv6K + VFPv2",
+    },
+    CpuModel {
+        arch: Arch::Arm,
+        model: "arm926",
+        features: &[],
+        base: &["vfp"],
+        note: "ARM926EJ-S: ARMv5TEJ + VFPv2, below ARMv6",
     },
 ];
 
@@ -552,6 +642,30 @@ mod tests {
         }
         assert!(tier("scalar").unwrap().needs(Arch::X86_64).is_empty());
         assert_eq!(tier("sse41").unwrap().needs(Arch::X86), ["sse2", "ssse3", "sse4_1"]);
+    }
+
+    #[test]
+    fn arm_floors_tell_armv6_from_armv7() {
+        let m = |name| cpu_model(Arch::Arm, name).unwrap();
+        let v7 = "armv7-unknown-linux-gnueabihf";
+        let v6 = "arm-unknown-linux-musleabihf";
+        assert!(arm_v6(v6) && arm_v6("arm-unknown-linux-gnueabihf") && !arm_v6(v7));
+        assert_eq!(below_floor(v7, m("arm1176")), vec!["v7", "thumb2", "vfpv3", "vfpd32"]);
+        assert!(below_floor(v6, m("arm1176")).is_empty());
+        assert!(below_floor(v6, m("cortex-a7")).is_empty());
+        assert!(below_floor(v7, m("cortex-a15,neon=off")).is_empty());
+        assert_eq!(below_floor(v6, m("arm926")), vec!["v6", "v6k"]);
+        // Every x86 and AArch64 model has its target's floor (the Pentium
+        // II and III are below Rust's i686 baseline, not below what runs
+        // before the pre-main check that refuses them).
+        for c in CPU_MODELS.iter().filter(|c| c.arch != Arch::Arm) {
+            let triple = match c.arch {
+                Arch::Aarch64 => "aarch64-unknown-linux-gnu",
+                Arch::X86 => "i686-unknown-linux-gnu",
+                _ => "x86_64-unknown-linux-gnu",
+            };
+            assert!(below_floor(triple, c).is_empty(), "{}", c.model);
+        }
     }
 
     #[test]
