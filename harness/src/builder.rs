@@ -109,14 +109,33 @@ impl RowBuild<'_> {
             _ => {
                 if let Some(linker) = &self.spec.linker {
                     if t != self.host_triple {
-                        env.push((target_env(t, "LINKER"), linker.clone()));
+                        let l = if self.spec.linker_args.is_empty() {
+                            linker.clone()
+                        } else {
+                            linker_wrapper(self.root, t).display().to_string()
+                        };
+                        env.push((target_env(t, "LINKER"), l));
                     }
+                }
+                if self.spec.build_std {
+                    // -Zbuild-std on the stable toolchain the other rows
+                    // use, with its own rust-src: a nightly would bring a
+                    // compiler (and a std) that changes from day to day.
+                    env.push(("RUSTC_BOOTSTRAP".into(), "1".into()));
                 }
                 // One-shot builds: incremental state would only cost disk
                 // (~300 MB per row).
                 env.push(("CARGO_INCREMENTAL".into(), "0".into()));
-                // Exactly the row's flags, whatever RUSTFLAGS the caller has.
-                env.push(("CARGO_ENCODED_RUSTFLAGS".into(), self.row.rustflags.join("\u{1f}")));
+                // Exactly the target's and the row's flags, whatever
+                // RUSTFLAGS the caller has.
+                let flags: Vec<&str> = self
+                    .spec
+                    .rustflags
+                    .iter()
+                    .chain(&self.row.rustflags)
+                    .map(String::as_str)
+                    .collect();
+                env.push(("CARGO_ENCODED_RUSTFLAGS".into(), flags.join("\u{1f}")));
             }
         }
         env
@@ -136,11 +155,43 @@ impl RowBuild<'_> {
             a.push("--features".into());
             a.push(f.join(","));
         }
+        if self.spec.build_std && self.kind != BuilderKind::Cross {
+            a.push("-Zbuild-std".into());
+        }
         a
+    }
+
+    /// Writes the linker wrapper (`linker linker_args… "$@"`) when the
+    /// target's linker needs arguments of its own.
+    fn prepare_linker(&self) -> Result<()> {
+        let (Some(linker), false) = (&self.spec.linker, self.spec.linker_args.is_empty()) else {
+            return Ok(());
+        };
+        if self.kind == BuilderKind::Cross {
+            return Ok(());
+        }
+        let path = linker_wrapper(self.root, &self.row.target);
+        let dir = path.parent().expect("a file in a dir");
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        let words: Vec<String> = std::iter::once(linker)
+            .chain(&self.spec.linker_args)
+            .map(|w| sh_quote(w))
+            .collect();
+        let text = format!(
+            "#!/bin/sh\n# Written by the harness from matrix.toml's [target.{}] linker and linker_args.\nexec {} \"$@\"\n",
+            self.row.target,
+            words.join(" ")
+        );
+        std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("chmod {}", path.display()))?;
+        Ok(())
     }
 
     /// Builds `ml` in release; returns its path.
     pub fn build_ml(&self, sh: &Shell) -> Result<PathBuf> {
+        self.prepare_linker()?;
         let prog = self.program();
         let args = self.common_args();
         let mut c = cmd!(sh, "{prog} build --release --bin ml {args...}")
@@ -169,6 +220,7 @@ impl RowBuild<'_> {
 
     /// Builds the runtime's test binaries (test profile) without running them.
     pub fn build_tests(&self, sh: &Shell) -> Result<Vec<TestExe>> {
+        self.prepare_linker()?;
         let prog = self.program();
         let args = self.common_args();
         let mut c = cmd!(
@@ -326,6 +378,20 @@ pub fn target_dir(root: &Path, row: &str) -> PathBuf {
     root.join("target/matrix").join(row)
 }
 
+/// The generated linker wrapper of a target (see `TargetSpec::linker_args`).
+pub fn linker_wrapper(root: &Path, triple: &str) -> PathBuf {
+    root.join("target/matrix/_linkers").join(triple)
+}
+
+/// One word for /bin/sh, single-quoted unless it is plainly safe.
+fn sh_quote(w: &str) -> String {
+    if !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_=./,:+".contains(c)) {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
+}
+
 /// Test executables from `cargo test --no-run --message-format=json`.
 pub fn test_executables(json_lines: &str) -> Vec<TestExe> {
     let mut out: Vec<TestExe> = Vec::new();
@@ -377,6 +443,63 @@ mod tests {
             target_env("armv7-unknown-linux-gnueabihf", "LINKER"),
             "CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_LINKER"
         );
+    }
+
+    #[test]
+    fn the_linker_wrapper_and_build_std_come_from_the_target_table() {
+        let row: Row = toml::from_str(
+            r#"
+name = "scalar-armv6"
+tier = "scalar"
+target = "arm-unknown-linux-musleabihf"
+rustflags = ["-Cdebuginfo=1"]
+cpus = [{ cpu = "arm1176", expect = "pass" }]
+"#,
+        )
+        .unwrap();
+        let spec = TargetSpec {
+            linker: Some("python3".into()),
+            linker_args: vec!["-m".into(), "ziglang".into(), "cc".into(), "-mcpu=arm1176jzf_s".into()],
+            build_std: true,
+            rustflags: vec!["-Clink-self-contained=no".into()],
+            ..Default::default()
+        };
+        let root = std::env::temp_dir().join(format!("harness-linker-{}", std::process::id()));
+        let rb = RowBuild {
+            root: &root,
+            row: &row,
+            spec: &spec,
+            host_triple: "x86_64-unknown-linux-gnu",
+            kind: BuilderKind::Cargo,
+        };
+        let env = rb.env();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let wrapper = linker_wrapper(&root, "arm-unknown-linux-musleabihf");
+        assert_eq!(
+            get("CARGO_TARGET_ARM_UNKNOWN_LINUX_MUSLEABIHF_LINKER"),
+            Some(wrapper.display().to_string())
+        );
+        assert_eq!(get("RUSTC_BOOTSTRAP").as_deref(), Some("1"));
+        assert_eq!(
+            get("CARGO_ENCODED_RUSTFLAGS").as_deref(),
+            Some("-Clink-self-contained=no\u{1f}-Cdebuginfo=1")
+        );
+        assert!(rb.common_args().contains(&"-Zbuild-std".to_string()));
+        rb.prepare_linker().unwrap();
+        let text = std::fs::read_to_string(&wrapper).unwrap();
+        assert!(
+            text.ends_with("exec python3 -m ziglang cc -mcpu=arm1176jzf_s \"$@\"\n"),
+            "{text}"
+        );
+        // cross brings its own toolchain: none of it applies.
+        let cross = RowBuild {
+            kind: BuilderKind::Cross,
+            ..rb
+        };
+        assert!(!cross.common_args().contains(&"-Zbuild-std".to_string()));
+        assert!(cross.env().iter().all(|(k, _)| k != "RUSTC_BOOTSTRAP"));
+        std::fs::remove_dir_all(&root).ok();
+        assert_eq!(sh_quote("a b'c"), r"'a b'\''c'");
     }
 
     #[test]

@@ -79,6 +79,26 @@ pub struct TargetSpec {
     /// Debian packages providing the linker, sysroot, qemu and objdump.
     #[serde(default)]
     pub apt: Vec<String>,
+    /// Arguments the linker command needs before rustc's own (e.g. `python3`
+    /// with `-m ziglang cc -target …`): cargo takes a linker path only, so
+    /// the cargo builder writes a wrapper that runs `linker linker_args…`.
+    #[serde(default)]
+    pub linker_args: Vec<String>,
+    /// Build std from the toolchain's rust-src (`-Zbuild-std`, with
+    /// RUSTC_BOOTSTRAP=1 on stable) instead of a rustup target, for targets
+    /// whose rust-std cannot be installed here. Cargo builder only.
+    #[serde(default)]
+    pub build_std: bool,
+    /// rustflags every row of this target gets before its own (e.g.
+    /// `-Clink-self-contained=no`: with build-std there are no rustup
+    /// self-contained C start-up objects; the linker brings its own).
+    /// Cargo builder only.
+    #[serde(default)]
+    pub rustflags: Vec<String>,
+    /// PyPI packages (pinned, `name==version`) the linker needs; installed
+    /// with `python3 -m pip install` when missing.
+    #[serde(default)]
+    pub pip: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, Serialize, Clone)]
@@ -125,6 +145,13 @@ pub enum Expect {
     /// reject; resolved to one of them when the matrix is loaded. For the
     /// tiers whose support differs between x86-64 hosts.
     Host,
+    /// A qemu CPU below the target's own floor (`isa::below_floor`, e.g.
+    /// an ARMv6 core for an ARMv7 build), where the C library's start-up
+    /// code faults before any check can run. The process must die of
+    /// SIGILL with qemu's trace showing the fault outside the executable's
+    /// code and no instruction of the executable run (a `reason` is
+    /// required).
+    BelowFloor,
 }
 
 impl Expect {
@@ -134,6 +161,7 @@ impl Expect {
             Expect::Reject => "reject",
             Expect::CompileOnly => "compile-only",
             Expect::Host => "host",
+            Expect::BelowFloor => "below-floor",
         }
     }
 }
@@ -397,6 +425,13 @@ fn row_errors(row: &Row, targets: &BTreeMap<String, TargetSpec>, host: &Host) ->
         errs.push(format!("unknown tier `{}` (one of {})", row.tier, names.join(", ")));
         return errs;
     };
+    if arch == Arch::Arm && isa::arm_v6(&row.target) && tier.feature.is_some() {
+        errs.push(format!(
+            "impossible: tier `{}` needs more than `{}`'s ARMv6 floor allows (no NEON there): only scalar",
+            tier.name, row.target
+        ));
+        return errs;
+    }
     if !tier.arches.contains(&arch) {
         errs.push(format!(
             "impossible: tier `{}` ({}) does not exist on {} (`{}`)",
@@ -445,9 +480,13 @@ fn row_errors(row: &Row, targets: &BTreeMap<String, TargetSpec>, host: &Host) ->
             (Expect::CompileOnly, Some(r)) if r.trim().is_empty() => {
                 errs.push(format!("cpu `{c}`: compile-only needs a reason"))
             }
-            (Expect::Pass | Expect::Reject, Some(_)) => {
-                errs.push(format!("cpu `{c}`: `reason` is only for compile-only cells"))
+            (Expect::BelowFloor, None) => errs.push(format!("cpu `{c}`: below-floor needs a reason")),
+            (Expect::BelowFloor, Some(r)) if r.trim().is_empty() => {
+                errs.push(format!("cpu `{c}`: below-floor needs a reason"))
             }
+            (Expect::Pass | Expect::Reject, Some(_)) => errs.push(format!(
+                "cpu `{c}`: `reason` is only for compile-only and below-floor cells"
+            )),
             _ => {}
         }
         if cell.expect == Expect::Reject && needs.is_empty() {
@@ -467,6 +506,12 @@ fn row_errors(row: &Row, targets: &BTreeMap<String, TargetSpec>, host: &Host) ->
                     ));
                     continue;
                 };
+                if cell.expect == Expect::BelowFloor {
+                    errs.push(
+                        "cpu `native`: below-floor is for qemu models (the host runs its own target)".to_string(),
+                    );
+                    continue;
+                }
                 if !row.runs_natively_on(host_arch) {
                     if cell.expect != Expect::CompileOnly {
                         errs.push(format!(
@@ -488,7 +533,27 @@ fn row_errors(row: &Row, targets: &BTreeMap<String, TargetSpec>, host: &Host) ->
                 continue;
             }
             Place::Qemu(model) => match isa::cpu_model(arch, &model) {
-                Some(m) => m.features.iter().map(|s| s.to_string()).collect(),
+                Some(m) => {
+                    let below = isa::below_floor(&row.target, m);
+                    match (cell.expect, below.is_empty()) {
+                        (Expect::BelowFloor, true) => errs.push(format!(
+                            "impossible: cpu `{model}` expects below-floor, but it has all of {}'s floor ({})",
+                            row.target,
+                            crate::audit::target_floor(&row.target).join(" ")
+                        )),
+                        (Expect::Pass | Expect::Reject, false) => errs.push(format!(
+                            "impossible: cpu `{model}` expects {}, but it is below {}'s floor (lacks {}): expect below-floor",
+                            cell.expect.name(),
+                            row.target,
+                            below.join(" ")
+                        )),
+                        _ => {}
+                    }
+                    if cell.expect == Expect::BelowFloor {
+                        continue;
+                    }
+                    m.features.iter().map(|s| s.to_string()).collect()
+                }
                 None => {
                     if cell.expect != Expect::CompileOnly {
                         errs.push(format!(
@@ -711,7 +776,7 @@ cpus = [{ cpu = "AVX-VNNI hardware", expect = "compile-only" }, { cpu = "Haswell
             "{e}"
         );
         assert!(
-            e.contains("cpu `Haswell`: `reason` is only for compile-only cells"),
+            e.contains("cpu `Haswell`: `reason` is only for compile-only and below-floor cells"),
             "{e}"
         );
     }
@@ -728,6 +793,82 @@ cpus = [{ cpu = "cortex-a7", expect = "pass" }]
 "#);
         assert!(e.contains("has no [target.armv7-unknown-linux-gnueabihf] table"), "{e}");
         assert!(e.contains("feature `isa-neon`: only threads, asm"), "{e}");
+    }
+
+    const ARM_TARGETS: &str = r#"
+[target.armv7-unknown-linux-gnueabihf]
+linker = "arm-linux-gnueabihf-gcc"
+qemu = "qemu-arm"
+objdump = "arm-linux-gnueabihf-objdump"
+[target.arm-unknown-linux-musleabihf]
+linker = "python3"
+linker_args = ["-m", "ziglang", "cc"]
+pip = ["ziglang==0.17.1"]
+build_std = true
+rustflags = ["-Clink-self-contained=no"]
+qemu = "qemu-arm"
+objdump = "arm-linux-gnueabihf-objdump"
+"#;
+
+    #[test]
+    fn below_floor_is_for_cpus_below_the_targets_floor_and_only_them() {
+        let ok = parse(&format!(
+            r#"{ARM_TARGETS}
+[[row]]
+name = "v7"
+tier = "scalar"
+target = "armv7-unknown-linux-gnueabihf"
+cpus = [{{ cpu = "cortex-a7", expect = "pass" }}, {{ cpu = "arm1176", expect = "below-floor", reason = "ld.so is Thumb-2" }}]
+[[row]]
+name = "v6"
+tier = "scalar"
+target = "arm-unknown-linux-musleabihf"
+cpus = [{{ cpu = "arm1176", expect = "pass" }}, {{ cpu = "cortex-a7", expect = "pass" }}]
+"#
+        ))
+        .unwrap();
+        assert_eq!(ok.rows[0].cpus[1].expect, Expect::BelowFloor);
+        assert!(ok.target["arm-unknown-linux-musleabihf"].build_std);
+        let e = err(&format!(
+            r#"{ARM_TARGETS}
+[[row]]
+name = "v7"
+tier = "scalar"
+target = "armv7-unknown-linux-gnueabihf"
+cpus = [
+  {{ cpu = "arm1176", expect = "pass" }},
+  {{ cpu = "cortex-a7", expect = "below-floor", reason = "x" }},
+  {{ cpu = "arm11mpcore", expect = "below-floor" }},
+]
+[[row]]
+name = "v6-neon"
+tier = "neon"
+target = "arm-unknown-linux-musleabihf"
+cpus = [{{ cpu = "arm1176", expect = "reject" }}]
+"#
+        ));
+        assert!(
+            e.contains("cpu `arm1176` expects pass, but it is below armv7-unknown-linux-gnueabihf's floor (lacks v7 thumb2 vfpv3 vfpd32): expect below-floor"),
+            "{e}"
+        );
+        assert!(
+            e.contains("cpu `cortex-a7` expects below-floor, but it has all of armv7-unknown-linux-gnueabihf's floor"),
+            "{e}"
+        );
+        assert!(e.contains("cpu `arm11mpcore`: below-floor needs a reason"), "{e}");
+        assert!(
+            e.contains("row `v6-neon`: impossible: tier `neon` needs more than"),
+            "{e}"
+        );
+        let e = err(r#"
+[[row]]
+name = "s"
+tier = "scalar"
+target = "x86_64-unknown-linux-gnu"
+cpus = [{ cpu = "native", expect = "below-floor", reason = "x" }, { cpu = "qemu64", expect = "below-floor", reason = "x" }]
+"#);
+        assert!(e.contains("cpu `native`: below-floor is for qemu models"), "{e}");
+        assert!(e.contains("cpu `qemu64` expects below-floor, but it has all of"), "{e}");
     }
 
     #[test]

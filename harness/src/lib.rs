@@ -7,6 +7,7 @@ pub mod audit;
 pub mod builder;
 pub mod commands;
 pub mod config;
+pub mod floor;
 pub mod golden;
 pub mod icount;
 pub mod insn;

@@ -167,6 +167,9 @@ pub enum CellResult {
     Fail,
     CompileOnly,
     Unavailable,
+    /// A CPU below the target's floor died of SIGILL in the C library's
+    /// start-up before any of the executable ran, as the cell expected.
+    BelowFloor,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -208,13 +211,14 @@ impl CellReport {
             CellResult::Fail => format!("FAIL ({})", short(&self.reason, n)),
             CellResult::CompileOnly => "compile-only".into(),
             CellResult::Unavailable => format!("unavailable: {}", short(&self.reason, n)),
+            CellResult::BelowFloor => "below-floor (SIGILL in libc start-up, before ml)".into(),
         }
     }
 
     pub fn met(&self) -> bool {
         matches!(
             self.result,
-            CellResult::Pass | CellResult::Rejected | CellResult::CompileOnly
+            CellResult::Pass | CellResult::Rejected | CellResult::CompileOnly | CellResult::BelowFloor
         )
     }
 }
@@ -361,7 +365,9 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(
         s,
         "Cells: `pass` (kernel tests and golden e2e pass on that CPU), `rejected-cleanly` (the guard exited 7 naming the missing feature), \
-         `FAIL (reason)`, `compile-only` (built and audited, not run), `unavailable` (a tool is missing). Column = how it ran: `native` or `qemu:<model>`.\n"
+         `FAIL (reason)`, `compile-only` (built and audited, not run), `unavailable` (a tool is missing), \
+         `below-floor` (a CPU below the target's own floor: qemu's trace shows the SIGILL in the C library's start-up, before any instruction of the binary ran). \
+         Column = how it ran: `native` or `qemu:<model>`.\n"
     );
     s.push_str(&grid_markdown(r));
     let _ = writeln!(s, "## Rows\n");
@@ -526,7 +532,7 @@ pub fn html(r: &Report) -> String {
 body{{font-family:system-ui,sans-serif;margin:2em;color:#222}} table{{border-collapse:collapse;margin-bottom:1.5em}}\n\
 th,td{{border:1px solid #bbb;padding:4px 8px;font-size:13px;vertical-align:top}} th{{background:#eee}}\n\
 .pass{{background:#c8f0c8}} .rejected{{background:#cfe3ff}} .fail{{background:#ffc4c4;font-weight:bold}}\n\
-.compile-only{{background:#f1f1f1;color:#555}} .unavailable{{background:#ffe9b3}} .none{{color:#aaa}}\n\
+.compile-only{{background:#f1f1f1;color:#555}} .unavailable{{background:#ffe9b3}} .none{{color:#aaa}} .below-floor{{background:#e6dcf5}}\n\
 .banner{{padding:8px 12px;font-size:18px;display:inline-block}} .placeholder{{border:2px dashed #999;padding:2em;color:#555;width:560px}}\n\
 </style></head><body>\n<h1>legacy-ml matrix report</h1>\n"
     );
@@ -548,7 +554,8 @@ th,td{{border:1px solid #bbb;padding:4px 8px;font-size:13px;vertical-align:top}}
         "<h2>Compatibility grid</h2><p><span class=\"pass\">pass</span> kernel tests + golden e2e pass · \
          <span class=\"rejected\">rejected-cleanly</span> the guard exited 7 naming the missing feature · \
          <span class=\"fail\">FAIL (reason)</span> · <span class=\"compile-only\">compile-only</span> built/audited or not yet buildable, not run · \
-         <span class=\"unavailable\">unavailable</span> a tool is missing. Hover a cell for the full reason; report.md has every detail.</p>"
+         <span class=\"unavailable\">unavailable</span> a tool is missing · \
+         <span class=\"below-floor\">below-floor</span> a CPU below the target's own floor: SIGILL in the C library's start-up, proven to come before any instruction of the binary. Hover a cell for the full reason; report.md has every detail.</p>"
     );
     for (target, rows, labels) in groups(r) {
         let _ = writeln!(
@@ -597,6 +604,7 @@ th,td{{border:1px solid #bbb;padding:4px 8px;font-size:13px;vertical-align:top}}
                             CellResult::Fail => "fail",
                             CellResult::CompileOnly => "compile-only",
                             CellResult::Unavailable => "unavailable",
+                            CellResult::BelowFloor => "below-floor",
                         };
                         let _ = write!(
                             s,

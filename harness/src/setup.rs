@@ -23,7 +23,7 @@ pub fn which(name: &str) -> Option<PathBuf> {
 }
 
 /// One thing a row needs.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Need {
     pub what: String,
     pub present: bool,
@@ -35,6 +35,12 @@ pub struct Need {
     /// A rustup target to add.
     #[serde(default)]
     pub rustup_target: Option<String>,
+    /// A rustup component to add (rust-src, for build-std).
+    #[serde(default)]
+    pub rustup_component: Option<String>,
+    /// PyPI packages (`name==version`) to install with pip.
+    #[serde(default)]
+    pub pip: Vec<String>,
 }
 
 impl Need {
@@ -72,7 +78,14 @@ fn uses_wine(row: &Row) -> bool {
 }
 
 /// Everything `row` needs with `builder`.
-pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, targets: &[String]) -> Vec<Need> {
+pub fn needs(
+    sh: &Shell,
+    row: &Row,
+    m: &Matrix,
+    builder: BuilderKind,
+    host_triple: &str,
+    targets: &[String],
+) -> Vec<Need> {
     let mut v = Vec::new();
     let spec = m.target.get(&row.target).cloned().unwrap_or_default();
     let apt = spec.apt.clone();
@@ -90,16 +103,38 @@ pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, tar
             install: "cargo install cross --locked, plus docker or podman".into(),
             apt: vec![],
             rustup_target: None,
+            ..Default::default()
         });
     } else {
-        if row.target != host_triple {
+        if row.target != host_triple && spec.build_std {
+            v.push(Need {
+                what: "rust-src (rustup component: std is built from source for this target)".into(),
+                present: has_rust_src(sh),
+                install: "rustup component add rust-src".into(),
+                rustup_component: Some("rust-src".into()),
+                ..Default::default()
+            });
+        }
+        for p in &spec.pip {
+            v.push(Need {
+                what: format!("python package {p} (the linker)"),
+                present: has_pip(sh, p),
+                install: format!("python3 -m pip install {p}"),
+                pip: vec![p.clone()],
+                ..Default::default()
+            });
+        }
+        if row.target != host_triple && !spec.build_std {
             v.push(Need {
                 what: format!("rustup target {}", row.target),
                 present: targets.iter().any(|t| t == &row.target),
                 install: format!("rustup target add {}", row.target),
                 apt: vec![],
                 rustup_target: Some(row.target.clone()),
+                ..Default::default()
             });
+        }
+        if row.target != host_triple {
             if let Some(linker) = &spec.linker {
                 v.push(Need {
                     what: format!("linker {linker}"),
@@ -107,6 +142,7 @@ pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, tar
                     install: apt_hint(&apt),
                     apt: apt.clone(),
                     rustup_target: None,
+                    ..Default::default()
                 });
             }
         }
@@ -117,6 +153,7 @@ pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, tar
                 install: apt_hint(&apt),
                 apt: apt.clone(),
                 rustup_target: None,
+                ..Default::default()
             });
             if let Some(root) = &spec.sysroot {
                 v.push(Need {
@@ -125,6 +162,7 @@ pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, tar
                     install: apt_hint(&apt),
                     apt: apt.clone(),
                     rustup_target: None,
+                    ..Default::default()
                 });
             }
         }
@@ -136,6 +174,7 @@ pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, tar
                 install: apt_hint(&apt),
                 apt: apt.clone(),
                 rustup_target: None,
+                ..Default::default()
             });
             // The stand-in bcryptprimitives.dll (crate::wine) is built with it.
             if spec.linker.as_deref() != Some(crate::wine::MINGW_GCC) {
@@ -145,6 +184,7 @@ pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, tar
                     install: apt_hint(&apt),
                     apt: apt.clone(),
                     rustup_target: None,
+                    ..Default::default()
                 });
             }
         }
@@ -155,6 +195,7 @@ pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, tar
                 install: "apt-get install coreutils".into(),
                 apt: vec!["coreutils".into()],
                 rustup_target: None,
+                ..Default::default()
             });
         }
     }
@@ -164,8 +205,29 @@ pub fn needs(row: &Row, m: &Matrix, builder: BuilderKind, host_triple: &str, tar
         install: apt_hint(&apt),
         apt,
         rustup_target: None,
+        ..Default::default()
     });
     v
+}
+
+/// Whether the active toolchain has rust-src (what -Zbuild-std compiles).
+fn has_rust_src(sh: &Shell) -> bool {
+    cmd!(sh, "rustc --print sysroot")
+        .quiet()
+        .ignore_stderr()
+        .read()
+        .is_ok_and(|root| Path::new(root.trim()).join("lib/rustlib/src/rust/library/std").exists())
+}
+
+/// Whether pip has `name==version` installed (exactly that version).
+fn has_pip(sh: &Shell, spec: &str) -> bool {
+    let (name, version) = spec.split_once("==").unwrap_or((spec, ""));
+    let code = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))";
+    cmd!(sh, "python3 -c {code} {name}")
+        .quiet()
+        .ignore_stderr()
+        .read()
+        .is_ok_and(|v| version.is_empty() || v.trim() == version)
 }
 
 #[cfg(unix)]
@@ -209,6 +271,28 @@ pub fn ensure(sh: &Shell, all: &[Vec<Need>], allow_install: bool, progress: &Pro
             }
         } else {
             actions.push("rustup not found: cannot add targets".into());
+        }
+    }
+    let components: BTreeSet<String> = missing.iter().filter_map(|n| n.rustup_component.clone()).collect();
+    for c in components {
+        progress.step("setup", &format!("rustup component add {c}"));
+        match cmd!(sh, "rustup component add {c}").quiet().ignore_stdout().run() {
+            Ok(()) => actions.push(format!("rustup component add {c}")),
+            Err(e) => actions.push(format!("rustup component add {c} failed: {e}")),
+        }
+    }
+    let pip: BTreeSet<String> = missing.iter().flat_map(|n| n.pip.iter().cloned()).collect();
+    if !pip.is_empty() {
+        let p: Vec<String> = pip.into_iter().collect();
+        progress.step("setup", &format!("python3 -m pip install {}", p.join(" ")));
+        let pr = &p;
+        match cmd!(sh, "python3 -m pip install --quiet {pr...}")
+            .quiet()
+            .ignore_stdout()
+            .run()
+        {
+            Ok(()) => actions.push(format!("python3 -m pip install {}", p.join(" "))),
+            Err(e) => actions.push(format!("python3 -m pip install {} failed: {e}", p.join(" "))),
         }
     }
     let pkgs: BTreeSet<String> = missing.iter().flat_map(|n| n.apt.iter().cloned()).collect();

@@ -70,7 +70,7 @@ pub fn run(builder: BuilderKind, probe_cpus: bool) -> Result<()> {
     println!("per row ({} builder):", kind.name());
     let mut any_missing = false;
     for row in &m.rows {
-        let needs = setup::needs(row, &m, kind, &host_triple, &targets);
+        let needs = setup::needs(&sh, row, &m, kind, &host_triple, &targets);
         let missing: Vec<String> = needs.iter().filter(|n| !n.present).map(|n| n.missing_line()).collect();
         if missing.is_empty() {
             println!(
@@ -148,6 +148,19 @@ pub fn run(builder: BuilderKind, probe_cpus: bool) -> Result<()> {
                 .iter()
                 .filter(|c| c.arch == arch || (arch == isa::Arch::X86 && c.arch == isa::Arch::X86_64))
             {
+                let below = isa::below_floor(&row.target, model);
+                if !below.is_empty() {
+                    // Nothing of that build runs there, `ml isa` included.
+                    println!(
+                        "  {:<8} {:<22} {:<45} below {}'s floor (lacks {})",
+                        arch.name(),
+                        model.model,
+                        "-",
+                        row.target,
+                        below.join(" ")
+                    );
+                    continue;
+                }
                 let sysroot = if row.target == host_triple {
                     None
                 } else {

@@ -6,6 +6,7 @@
 use crate::audit::{self, Baselines};
 use crate::builder::{self, BuilderKind, RowBuild, TestExe};
 use crate::config::{Expect, Host, Matrix, Place, Row};
+use crate::floor;
 use crate::golden::{self, Logits};
 use crate::icount;
 use crate::isa::{self, Arch};
@@ -208,13 +209,13 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
     let targets = setup::installed_targets(&sh);
     let all_needs: Vec<Vec<setup::Need>> = selected
         .iter()
-        .map(|r| setup::needs(r, &matrix, kind, &host_triple, &targets))
+        .map(|r| setup::needs(&sh, r, &matrix, kind, &host_triple, &targets))
         .collect();
     let mut setup_actions = setup::ensure(&sh, &all_needs, !args.no_install, &progress)?;
     let targets = setup::installed_targets(&sh);
     let all_needs: Vec<Vec<setup::Need>> = selected
         .iter()
-        .map(|r| setup::needs(r, &matrix, kind, &host_triple, &targets))
+        .map(|r| setup::needs(&sh, r, &matrix, kind, &host_triple, &targets))
         .collect();
     if setup_actions.is_empty() {
         setup_actions.push("nothing to install".into());
@@ -1000,6 +1001,15 @@ fn run_cell(
     let p = ctx.progress;
     let step = format!("{label} (expect {})", cell.expect.name());
     p.step(&row.name, &step);
+    if cell.expect == Expect::BelowFloor {
+        below_floor_cell(sh, ctx, row, &runner, ml, tests, &mut rep);
+        if rep.result == CellResult::BelowFloor {
+            rep.reason = format!("{} — {}", cell.reason.as_deref().unwrap_or_default(), rep.reason);
+        }
+        rep.seconds = t.elapsed().as_secs_f64();
+        p.done(&row.name, &step, rep.seconds, &rep.grid());
+        return rep;
+    }
     let mut failures: Vec<String> = Vec::new();
 
     // What the build sees on this CPU.
@@ -1111,7 +1121,7 @@ fn run_cell(
             }
         }
         // Compile-only cells never run; `host` was resolved when the matrix loaded.
-        Expect::CompileOnly | Expect::Host => unreachable!(),
+        Expect::CompileOnly | Expect::Host | Expect::BelowFloor => unreachable!(),
     }
 
     // Kernel tests (full mode).
@@ -1263,6 +1273,90 @@ fn count_instructions(ctx: &Ctx, row: &Row, runner: &Runner, ml: &Path, label: &
         costs.push(cost);
     }
     Ok(costs)
+}
+
+/// A `below-floor` cell: `ml logits` and every test binary must die of
+/// SIGILL before any instruction of their own ran, as qemu's trace shows
+/// (`floor::check`). The trace needs this machine's qemu (and the target's
+/// sysroot): with `cross`, whose test executables are paths inside its
+/// container, only `ml` (built into the mounted target dir) is checked.
+fn below_floor_cell(
+    sh: &Shell,
+    ctx: &Ctx,
+    row: &Row,
+    runner: &Runner,
+    ml: &Path,
+    tests: Option<&[TestExe]>,
+    rep: &mut CellReport,
+) {
+    let fail = |rep: &mut CellReport, why: String| {
+        rep.result = CellResult::Fail;
+        rep.reason = why;
+    };
+    let prefix = runner.prefix();
+    let Some((qemu, qemu_args)) = prefix.split_first() else {
+        return fail(rep, "below-floor cells run under qemu only".into());
+    };
+    let logs = builder::target_dir(ctx.root, &row.name).join("floor-traces");
+    if let Err(e) = std::fs::create_dir_all(&logs) {
+        return fail(rep, format!("create {}: {e}", logs.display()));
+    }
+    let model = ctx
+        .golds
+        .first()
+        .map(|g| g.model.display().to_string())
+        .unwrap_or_default();
+    let logits = ["logits", &model, "--tokens", "1,7,42,100", "-n", "16"].map(String::from);
+    let mut runs: Vec<(String, PathBuf, Vec<String>)> = vec![("ml logits".into(), ml.to_path_buf(), logits.to_vec())];
+    if ctx.kind != BuilderKind::Cross {
+        for exe in tests.unwrap_or_default() {
+            runs.push((exe.name.clone(), exe.path.clone(), vec![]));
+        }
+    }
+    let safe = |s: &str| s.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+    let mut failures = Vec::new();
+    for (i, (name, exe, args)) in runs.iter().enumerate() {
+        let log = logs.join(format!("{}-{i}.log", safe(&rep.cpu)));
+        let mut argv: Vec<String> = qemu_args.to_vec();
+        argv.extend(floor::qemu_trace_args(&log.display().to_string()));
+        argv.push(exe.display().to_string());
+        argv.extend(args.iter().cloned());
+        let checked = Runner::Native
+            .run(sh, Path::new(qemu), &argv, &ctx.run_env(runner), ctx.timeout())
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|o| {
+                let trace = std::fs::read_to_string(&log).unwrap_or_default();
+                floor::check(&o, &trace).map(|ev| (ev, o.seconds))
+            });
+        // The traces of a run that got further can be large; the verdict
+        // and its evidence are in the report.
+        let _ = std::fs::remove_file(&log);
+        let (ok, detail, seconds) = match checked {
+            Ok((ev, secs)) => (true, ev.summary(), secs),
+            Err(e) => (false, e, 0.0),
+        };
+        if i == 0 && ok {
+            rep.reason = format!("{}: {detail}", name);
+        }
+        if !ok {
+            failures.push(format!("{name}: {detail}"));
+        }
+        if i > 0 {
+            rep.kernel_tests.push(TestRun {
+                name: name.clone(),
+                ok,
+                detail,
+                counts: Default::default(),
+                seconds,
+            });
+        }
+    }
+    let _ = std::fs::remove_dir(&logs);
+    if failures.is_empty() {
+        rep.result = CellResult::BelowFloor;
+    } else {
+        fail(rep, failures.join("; "));
+    }
 }
 
 fn test_run_pass(name: &str, o: &RunOutput) -> TestRun {
