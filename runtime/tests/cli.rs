@@ -311,9 +311,9 @@ fn gen_onto_a_full_disk_leaves_no_file_and_keeps_the_old_one() {
     assert_eq!(listing(), ["m.mlb"]);
 }
 
-/// The reference llama2.c tokenizer (../shared).
+/// The reference llama2.c tokenizer (testdata/).
 fn llama2c_tokenizer() -> String {
-    let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/llama2c-32000.bin");
+    let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/llama2c-32000.bin");
     assert!(tok.exists(), "reference tokenizer {} must exist", tok.display());
     tok.to_string_lossy().into_owned()
 }
