@@ -973,7 +973,8 @@ Disassembly of section .text:
         assert!(!audit(Arch::X86_64, &parse_objdump(&dump), &windows).ok);
     }
 
-    fn arm_fn(name: &str, insns: &[&str]) -> Function {
+    /// A function of instruction texts (no encodings), for any arch.
+    fn text_fn(name: &str, insns: &[&str]) -> Function {
         Function {
             name: name.into(),
             insns: insns
@@ -997,21 +998,6 @@ Disassembly of section .text:
         }
     }
 
-    fn i686_fn(name: &str, insns: &[&str]) -> Function {
-        Function {
-            name: name.into(),
-            insns: insns
-                .iter()
-                .enumerate()
-                .map(|(i, t)| Insn {
-                    addr: i as u64 * 4,
-                    bytes: String::new(),
-                    text: t.to_string(),
-                })
-                .collect(),
-        }
-    }
-
     /// i686: Rust assumes SSE2 everywhere, so `main` may use it; the
     /// pre-main check and the C start-up code may not, and a binary
     /// without the check fails.
@@ -1019,12 +1005,12 @@ Disassembly of section .text:
     fn i686_start_up_and_pre_main_check_stay_below_sse2() {
         let b = Baselines::for_row("i686-unknown-linux-gnu", &[], vec![]);
         assert_eq!(b.floor, Vec::<String>::new());
-        let main = i686_fn("main", &["push ebp", "movq xmm0,QWORD PTR [esi+0x1c54]"]);
-        let check = i686_fn(
+        let main = text_fn("main", &["push ebp", "movq xmm0,QWORD PTR [esi+0x1c54]"]);
+        let check = text_fn(
             "legacy_ml::core::isa::early::sse2_check",
             &["push ebx", "cpuid", "call 8049000 <write>"],
         );
-        let start = i686_fn("__libc_start_main_impl", &["push ebp", "cmovne eax,edx"]);
+        let start = text_fn("__libc_start_main_impl", &["push ebp", "cmovne eax,edx"]);
         let with = audit(Arch::X86, &[main.clone(), check.clone(), start.clone()], &b);
         assert!(with.ok, "{}", with.summary());
         assert!(with.summary().contains("bare ISA"), "{}", with.summary());
@@ -1035,13 +1021,13 @@ Disassembly of section .text:
             "{}",
             without.summary()
         );
-        let dirty_check = i686_fn(
+        let dirty_check = text_fn(
             "legacy_ml::core::isa::early::sse2_check",
             &["cpuid", "movq QWORD PTR [esp],xmm0"],
         );
         let bad = audit(Arch::X86, &[main.clone(), dirty_check, start], &b);
         assert!(!bad.ok && bad.summary().contains("sse2_check"), "{}", bad.summary());
-        let dirty_start = i686_fn("update_active.constprop.0", &["xorps xmm0,xmm0"]);
+        let dirty_start = text_fn("update_active.constprop.0", &["xorps xmm0,xmm0"]);
         let bad = audit(Arch::X86, &[main, check, dirty_start], &b);
         assert!(!bad.ok && bad.summary().contains("update_active"), "{}", bad.summary());
     }
@@ -1051,12 +1037,12 @@ Disassembly of section .text:
         let b = Baselines::for_row("arm-unknown-linux-musleabihf", &[], vec![]);
         assert_eq!(b.target, ["v6", "v6k", "vfp"]);
         let ok = [
-            arm_fn(
+            text_fn(
                 "std::rt::lang_start_internal",
                 &["ldrexd sl, [r1]", "vadd.f64 d0, d1, d2"],
             ),
-            arm_fn("__a_barrier_v7", &["dmb ish"]),
-            arm_fn("libunwind::Registers_arm::saveVFPv3(void*)", &["vstmia r0, {d16-d31}"]),
+            text_fn("__a_barrier_v7", &["dmb ish"]),
+            text_fn("libunwind::Registers_arm::saveVFPv3(void*)", &["vstmia r0, {d16-d31}"]),
         ];
         let r = audit(Arch::Arm, &ok, &b);
         assert!(r.ok, "{}", r.summary());
@@ -1064,12 +1050,12 @@ Disassembly of section .text:
         // What an ARMv7 build has everywhere is a violation here, even
         // where the ARMv7 target allows it.
         let v7 = [
-            arm_fn("main", &["movw r0, #4660"]),
-            arm_fn(
+            text_fn("main", &["movw r0, #4660"]),
+            text_fn(
                 "legacy_ml::ops::matvec",
                 &["vmov.f64 d0, #1.000000e+00", "veor d16, d16, d16"],
             ),
-            arm_fn("__a_barrier_v6", &["dmb ish"]),
+            text_fn("__a_barrier_v6", &["dmb ish"]),
         ];
         let r = audit(Arch::Arm, &v7, &b);
         let got: Vec<(&str, &str)> = r
@@ -1090,16 +1076,16 @@ Disassembly of section .text:
 
     #[test]
     fn crate_wide_neon_needs_the_pre_main_check() {
-        let main = arm_fn("main", &["push {r4, lr}", "vld1.64 {d16-d17}, [r4]"]);
+        let main = text_fn("main", &["push {r4, lr}", "vld1.64 {d16-d17}, [r4]"]);
         let without = audit(Arch::Arm, std::slice::from_ref(&main), &armv7_neon_row());
         assert!(!without.ok, "NEON in main without a pre-main check must fail");
-        let check = arm_fn(
+        let check = text_fn(
             "legacy_ml::core::isa::early::neon_check",
             &["push {r4, lr}", "bl 1000 <getauxval@plt>"],
         );
         let with = audit(Arch::Arm, &[main.clone(), check], &armv7_neon_row());
         assert!(with.ok, "{}", with.summary());
-        let dirty = arm_fn("legacy_ml::core::isa::early::neon_check", &["vld1.64 {d16-d17}, [r4]"]);
+        let dirty = text_fn("legacy_ml::core::isa::early::neon_check", &["vld1.64 {d16-d17}, [r4]"]);
         let bad = audit(Arch::Arm, &[main, dirty], &armv7_neon_row());
         assert!(!bad.ok, "NEON in the pre-main check itself must fail");
         assert!(bad.summary().contains("neon_check"), "{}", bad.summary());
