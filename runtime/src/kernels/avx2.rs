@@ -44,14 +44,14 @@ pub const PROVIDES: &[&str] = &[
 // Integer path: matvec_q8, matvec_q4
 
 pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec(y, w, x, r0, r1, w.cols, QK);
+    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.cols, QK);
     // SAFETY: AVX2 and FMA are verified by the guard; check_matvec bounded
     // every row, block and scale the loop touches.
     unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
 }
 
 pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
+    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
     // SAFETY: as in matvec_q8, with Q4's row stride and block size.
     unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
 }
@@ -393,37 +393,7 @@ unsafe fn softmax_avx2(x: *mut f32, n: usize) {
     }
 }
 
-/// Rotates each interleaved pair (2i, 2i+1) of every query and key head by
-/// the angle whose cosine and sine are `cos[i]`, `sin[i]`.
-pub fn rope(
-    q: &mut [f32],
-    k: &mut [f32],
-    cos: &[f32],
-    sin: &[f32],
-    head_dim: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-) {
-    let pairs = head_dim / 2;
-    // The scalar kernel panics on these by slice indexing; so do we, before
-    // any pointer arithmetic.
-    assert!(
-        q.len() >= n_heads * head_dim && k.len() >= n_kv_heads * head_dim,
-        "rope: q or k shorter than its heads"
-    );
-    assert!(
-        cos.len() >= pairs && sin.len() >= pairs,
-        "rope: cos/sin shorter than head_dim / 2"
-    );
-    for (v, heads) in [(q, n_heads), (k, n_kv_heads)] {
-        for h in 0..heads {
-            // SAFETY: AVX2 verified by the guard; head h spans
-            // [h·head_dim, h·head_dim + 2·pairs) inside v (asserted above),
-            // and cos/sin hold `pairs` elements.
-            unsafe { rotate(v.as_mut_ptr().add(h * head_dim), cos.as_ptr(), sin.as_ptr(), pairs) }
-        }
-    }
-}
+rope_by_heads!();
 
 /// Four pairs per vector: [a b …]·[c c …] then vaddsubps with [b a …]·[s s …]
 /// gives a·c − b·s in even lanes and b·c + a·s in odd ones, rounded exactly
@@ -537,7 +507,7 @@ unsafe fn axpy(y: *mut f32, a: Option<f32>, x: *const f32, n: usize) {
 /// `dot_f32` row by row), but inlined in one loop: at head_dim 64 a call
 /// per row cost more than the row's eight FMAs.
 pub fn attn_scores(out: &mut [f32], q: &[f32], rows: &[f32], stride: usize, scale: f32) {
-    super::check_rows(rows, out.len(), stride, q.len());
+    super::scaffold::check_rows(rows, out.len(), stride, q.len());
     // SAFETY: AVX2 and FMA verified by the guard; check_rows bounded every
     // row read, q holds q.len() elements and out out.len().
     unsafe {
@@ -560,7 +530,7 @@ unsafe fn scores(out: *mut f32, keys: usize, q: *const f32, n: usize, rows: *con
         return scores_64(out, keys, q, rows, stride, scale);
     }
     for t in 0..keys {
-        super::prefetch_f32(rows.wrapping_add((t + super::ROWS_AHEAD) * stride), n);
+        super::prefetch::prefetch_f32(rows.wrapping_add((t + super::prefetch::ROWS_AHEAD) * stride), n);
         *out.add(t) = dot(q, rows.add(t * stride), n) * scale;
     }
 }
@@ -578,7 +548,7 @@ unsafe fn scores_64(out: *mut f32, keys: usize, q: *const f32, rows: *const f32,
     let qv: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(q.add(8 * j)));
     for t in 0..keys {
         let row = rows.add(t * stride);
-        super::prefetch_f32(rows.wrapping_add((t + super::ROWS_AHEAD) * stride), 64);
+        super::prefetch::prefetch_f32(rows.wrapping_add((t + super::prefetch::ROWS_AHEAD) * stride), 64);
         let mut acc: [__m256; 4] =
             std::array::from_fn(|j| _mm256_fmadd_ps(qv[j], _mm256_loadu_ps(row.add(8 * j)), _mm256_setzero_ps()));
         for (j, a) in acc.iter_mut().enumerate() {
@@ -596,7 +566,7 @@ unsafe fn scores_64(out: *mut f32, keys: usize, q: *const f32, rows: *const f32,
 /// (bit-identical to `axpy_f32` row by row), 64 outputs at a time held in
 /// registers across all rows instead of loaded and stored once per row.
 pub fn attn_mix(out: &mut [f32], p: &[f32], rows: &[f32], stride: usize) {
-    super::check_rows(rows, p.len(), stride, out.len());
+    super::scaffold::check_rows(rows, p.len(), stride, out.len());
     // SAFETY: AVX2 verified by the guard; check_rows bounded every row read,
     // p holds p.len() elements and out out.len().
     unsafe { mix(out.as_mut_ptr(), out.len(), p.as_ptr(), p.len(), rows.as_ptr(), stride) }
@@ -610,7 +580,7 @@ unsafe fn mix(out: *mut f32, n: usize, p: *const f32, keys: usize, rows: *const 
         let mut acc: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(out.add(i + 8 * j)));
         for t in 0..keys {
             let row = rows.add(t * stride + i);
-            super::prefetch_f32(row.wrapping_add(super::ROWS_AHEAD * stride), 64);
+            super::prefetch::prefetch_f32(row.wrapping_add(super::prefetch::ROWS_AHEAD * stride), 64);
             let pt = _mm256_set1_ps(*p.add(t));
             for (j, a) in acc.iter_mut().enumerate() {
                 *a = _mm256_add_ps(*a, _mm256_mul_ps(pt, _mm256_loadu_ps(row.add(8 * j))));

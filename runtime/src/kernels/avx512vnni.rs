@@ -54,7 +54,7 @@ pub const PROVIDES: &[&str] = &["matvec_q8", "matvec_q4", "quantize_q8"];
 // Integer path: matvec_q8, matvec_q4
 
 pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec_any_layout(y, w, x, r0, r1, w.cols, QK);
+    let nb = super::scaffold::check_matvec_any_layout(y, w, x, r0, r1, w.cols, QK);
     let (y, q, d) = (y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr());
     // SAFETY: AVX-512 F/BW/VNNI (and AVX2, FMA) are verified by the guard;
     // check_matvec bounded every row, block and scale the loop touches, and
@@ -68,7 +68,7 @@ pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
 }
 
 pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec_any_layout(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
+    let nb = super::scaffold::check_matvec_any_layout(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
     let (y, q, d) = (y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr());
     // SAFETY: as in matvec_q8, with Q4's row stride and block size.
     unsafe {

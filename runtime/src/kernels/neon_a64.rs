@@ -50,14 +50,14 @@ pub const PROVIDES: &[&str] = &[
 // Integer path: matvec_q8, matvec_q4
 
 pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec(y, w, x, r0, r1, w.cols, QK);
+    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.cols, QK);
     // SAFETY: NEON is the AArch64 baseline; check_matvec bounded every row,
     // block and scale the loop touches.
     unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
 }
 
 pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
+    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
     // SAFETY: as in matvec_q8, with Q4's row stride and block size.
     unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
 }
@@ -387,36 +387,7 @@ unsafe fn softmax_neon(x: *mut f32, n: usize) {
     }
 }
 
-/// Rotates each interleaved pair (2i, 2i+1) of every query and key head by
-/// the angle whose cosine and sine are `cos[i]`, `sin[i]`.
-pub fn rope(
-    q: &mut [f32],
-    k: &mut [f32],
-    cos: &[f32],
-    sin: &[f32],
-    head_dim: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-) {
-    let pairs = head_dim / 2;
-    // The scalar kernel panics on these by slice indexing; so do we, before
-    // any pointer arithmetic.
-    assert!(
-        q.len() >= n_heads * head_dim && k.len() >= n_kv_heads * head_dim,
-        "rope: q or k shorter than its heads"
-    );
-    assert!(
-        cos.len() >= pairs && sin.len() >= pairs,
-        "rope: cos/sin shorter than head_dim / 2"
-    );
-    for (v, heads) in [(q, n_heads), (k, n_kv_heads)] {
-        for h in 0..heads {
-            // SAFETY: head h spans [h·head_dim, h·head_dim + 2·pairs) inside
-            // v (asserted above), and cos/sin hold `pairs` elements.
-            unsafe { rotate(v.as_mut_ptr().add(h * head_dim), cos.as_ptr(), sin.as_ptr(), pairs) }
-        }
-    }
-}
+rope_by_heads!();
 
 /// Four pairs per step: ld2 splits them into [a…] and [b…], then a·c − b·s
 /// and a·s + b·c, the scalar kernel's expressions rounded identically, and

@@ -70,7 +70,7 @@ fn keep_guard() {
 
 pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
     keep_guard();
-    let nb = super::check_matvec(y, w, x, r0, r1, w.cols, QK);
+    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.cols, QK);
     // SAFETY: NEON is verified by the early guard; check_matvec bounded
     // every row, block and scale the loop touches.
     unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
@@ -78,7 +78,7 @@ pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
 
 pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
     keep_guard();
-    let nb = super::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
+    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
     // SAFETY: as in matvec_q8, with Q4's row stride and block size.
     unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
 }
@@ -704,17 +704,7 @@ pub fn rope(
     n_kv_heads: usize,
 ) {
     keep_guard();
-    let pairs = head_dim / 2;
-    // The scalar kernel panics on these by slice indexing; so do we, before
-    // any pointer arithmetic.
-    assert!(
-        q.len() >= n_heads * head_dim && k.len() >= n_kv_heads * head_dim,
-        "rope: q or k shorter than its heads"
-    );
-    assert!(
-        cos.len() >= pairs && sin.len() >= pairs,
-        "rope: cos/sin shorter than head_dim / 2"
-    );
+    let pairs = super::scaffold::check_rope(q, k, cos, sin, head_dim, n_heads, n_kv_heads);
     let p4 = pairs / 4;
     for (v, heads) in [(q, n_heads), (k, n_kv_heads)] {
         for head in v[..heads * head_dim].chunks_exact_mut(head_dim) {

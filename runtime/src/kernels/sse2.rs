@@ -45,14 +45,14 @@ pub const PROVIDES: &[&str] = &[
 // Integer path: matvec_q8, matvec_q4
 
 pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec(y, w, x, r0, r1, w.cols, QK);
+    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.cols, QK);
     // SAFETY: SSE2 is verified by the guard (and is the x86-64 baseline);
     // check_matvec bounded every row, block and scale the loop touches.
     unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
 }
 
 pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
+    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
     // SAFETY: as in matvec_q8, with Q4's row stride and block size.
     unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
 }
@@ -423,37 +423,7 @@ unsafe fn softmax_sse2(x: *mut f32, n: usize) {
     }
 }
 
-/// Rotates each interleaved pair (2i, 2i+1) of every query and key head by
-/// the angle whose cosine and sine are `cos[i]`, `sin[i]`.
-pub fn rope(
-    q: &mut [f32],
-    k: &mut [f32],
-    cos: &[f32],
-    sin: &[f32],
-    head_dim: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-) {
-    let pairs = head_dim / 2;
-    // The scalar kernel panics on these by slice indexing; so do we, before
-    // any pointer arithmetic.
-    assert!(
-        q.len() >= n_heads * head_dim && k.len() >= n_kv_heads * head_dim,
-        "rope: q or k shorter than its heads"
-    );
-    assert!(
-        cos.len() >= pairs && sin.len() >= pairs,
-        "rope: cos/sin shorter than head_dim / 2"
-    );
-    for (v, heads) in [(q, n_heads), (k, n_kv_heads)] {
-        for h in 0..heads {
-            // SAFETY: SSE2 verified by the guard; head h spans
-            // [h·head_dim, h·head_dim + 2·pairs) inside v (asserted above),
-            // and cos/sin hold `pairs` elements.
-            unsafe { rotate(v.as_mut_ptr().add(h * head_dim), cos.as_ptr(), sin.as_ptr(), pairs) }
-        }
-    }
-}
+rope_by_heads!();
 
 /// Two pairs per vector: [a0 b0 a1 b1]·[c0 c0 c1 c1] + [b0 a0 b1 a1]·[s0 s0 s1 s1]
 /// with the even lanes' second product negated, which is the scalar

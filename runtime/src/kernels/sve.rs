@@ -80,14 +80,14 @@ pub const REQUIRED_FEATURES: &[&str] = &["asimd", "sve"];
 pub const PROVIDES: &[&str] = &["matvec_q8", "matvec_q4"];
 
 pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec(y, w, x, r0, r1, w.cols, QK);
+    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.cols, QK);
     // SAFETY: SVE is verified by the guard; check_matvec bounded every row,
     // block and scale the loop touches.
     unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
 }
 
 pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
+    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
     // SAFETY: as in matvec_q8, with Q4's row stride and block size.
     unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
 }

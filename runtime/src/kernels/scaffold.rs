@@ -1,0 +1,206 @@
+//! What every tier's kernels share around their instructions: the safe
+//! entry points' bounds checks (each SIMD kernel checks its slices once, so
+//! its pointer loops stay inside them, and panics where the scalar kernel
+//! would panic by indexing), and the drivers that are the same in every tier
+//! but for the one routine they call (`attention_by_rows!`, `rope_by_heads!`).
+//!
+//! Macros are textually scoped: `kernels/mod.rs` declares this module before
+//! any tier, with `#[macro_use]`.
+
+/// Attention over a KV cache's rows, built on the tier's own `dot_f32`
+/// and `axpy_f32` (one call per position): what a tier without a fused
+/// version binds. Row `t` is `rows[t·stride ..][.. n]`.
+///
+/// * `attn_scores`: out[t] = dot(q, row t) · scale, for t < out.len().
+/// * `attn_mix`: out += p[t] · row t, for t < p.len() in order (axpy's
+///   element operations, so a fused tier can match it bit for bit).
+///
+/// Both panic (`check_rows`), as slice indexing would, if a row runs past
+/// `rows`.
+macro_rules! attention_by_rows {
+    () => {
+        pub fn attn_scores(out: &mut [f32], q: &[f32], rows: &[f32], stride: usize, scale: f32) {
+            let n = q.len();
+            super::scaffold::check_rows(rows, out.len(), stride, n);
+            for (t, score) in out.iter_mut().enumerate() {
+                super::prefetch::prefetch_f32(
+                    rows.as_ptr()
+                        .wrapping_add((t + super::prefetch::ROWS_AHEAD) * stride),
+                    n,
+                );
+                *score = dot_f32(q, &rows[t * stride..t * stride + n]) * scale;
+            }
+        }
+
+        pub fn attn_mix(out: &mut [f32], p: &[f32], rows: &[f32], stride: usize) {
+            let n = out.len();
+            super::scaffold::check_rows(rows, p.len(), stride, n);
+            for (t, &pt) in p.iter().enumerate() {
+                super::prefetch::prefetch_f32(
+                    rows.as_ptr()
+                        .wrapping_add((t + super::prefetch::ROWS_AHEAD) * stride),
+                    n,
+                );
+                axpy_f32(out, pt, &rows[t * stride..t * stride + n]);
+            }
+        }
+    };
+}
+
+/// The rows `attn_scores`/`attn_mix` read; panics as slice indexing would
+/// (before any unsafe code) when row `keys − 1` runs past `rows`.
+pub(crate) fn check_rows(rows: &[f32], keys: usize, stride: usize, n: usize) {
+    if keys > 0 {
+        let end = (keys - 1).checked_mul(stride).and_then(|s| s.checked_add(n));
+        assert!(
+            end.is_some_and(|e| e <= rows.len()),
+            "attention rows: {keys} rows of {n} every {stride} exceed {} floats",
+            rows.len()
+        );
+    }
+}
+
+/// The bounds `rope` relies on: q and k hold their heads, cos/sin hold
+/// head_dim / 2 angles. Panics, as the scalar kernel would by slice
+/// indexing, before any pointer arithmetic. Returns the pairs per head.
+#[allow(dead_code)]
+pub(crate) fn check_rope(
+    q: &[f32],
+    k: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    head_dim: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+) -> usize {
+    let pairs = head_dim / 2;
+    assert!(
+        q.len() >= n_heads * head_dim && k.len() >= n_kv_heads * head_dim,
+        "rope: q or k shorter than its heads"
+    );
+    assert!(
+        cos.len() >= pairs && sin.len() >= pairs,
+        "rope: cos/sin shorter than head_dim / 2"
+    );
+    pairs
+}
+
+/// `rope` for a tier whose `rotate(v, cos, sin, pairs)` turns all `pairs`
+/// pairs of one head (an `unsafe fn` with the tier's `#[target_feature]`,
+/// reading `v` for 2·pairs floats and cos/sin for `pairs`): rotates each
+/// interleaved pair (2i, 2i+1) of every query and key head by the angle
+/// whose cosine and sine are `cos[i]`, `sin[i]`.
+#[allow(unused_macros)]
+macro_rules! rope_by_heads {
+    () => {
+        pub fn rope(
+            q: &mut [f32],
+            k: &mut [f32],
+            cos: &[f32],
+            sin: &[f32],
+            head_dim: usize,
+            n_heads: usize,
+            n_kv_heads: usize,
+        ) {
+            let pairs = super::scaffold::check_rope(q, k, cos, sin, head_dim, n_heads, n_kv_heads);
+            for (v, heads) in [(q, n_heads), (k, n_kv_heads)] {
+                for h in 0..heads {
+                    // SAFETY: the tier's features are verified by the guard
+                    // (`core::isa`) before any kernel runs; head h spans
+                    // [h·head_dim, h·head_dim + 2·pairs) inside v, and cos/sin
+                    // hold `pairs` elements (check_rope).
+                    unsafe {
+                        rotate(
+                            v.as_mut_ptr().add(h * head_dim),
+                            cos.as_ptr(),
+                            sin.as_ptr(),
+                            pairs,
+                        )
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// The bounds every SIMD matvec relies on, checked once per call so that its
+/// pointer loops stay inside the slices whatever the caller passes. Rows are
+/// `row_stride` bytes apart and a block's quants are `block_bytes` long (as
+/// the scalar kernels index them). Returns the number of blocks per row.
+///
+/// Inputs the scalar kernels would panic on (by slice indexing) panic here
+/// too, before any unsafe code runs.
+#[cfg(any(
+    all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")),
+    all(feature = "isa-neon", any(target_arch = "aarch64", target_arch = "arm"))
+))]
+pub(crate) fn check_matvec(
+    y: &[f32],
+    w: &crate::core::tensor::QTensor,
+    x: &crate::core::tensor::QAct,
+    r0: usize,
+    r1: usize,
+    row_stride: usize,
+    block_bytes: usize,
+) -> usize {
+    assert!(
+        !w.packed,
+        "this tier's matvec reads row-major matrices only, not packed ones"
+    );
+    check_matvec_any_layout(y, w, x, r0, r1, row_stride, block_bytes)
+}
+
+/// `check_matvec` for a matvec that also reads packed matrices
+/// (`core::tensor::pack_row_groups`): a packed group spans the same bytes as
+/// its four rows, and [r0, r1) must cut the matrix only between groups, or
+/// at its end.
+#[cfg(any(
+    all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")),
+    all(feature = "isa-neon", any(target_arch = "aarch64", target_arch = "arm"))
+))]
+pub(crate) fn check_matvec_any_layout(
+    y: &[f32],
+    w: &crate::core::tensor::QTensor,
+    x: &crate::core::tensor::QAct,
+    r0: usize,
+    r1: usize,
+    row_stride: usize,
+    block_bytes: usize,
+) -> usize {
+    use crate::core::quant::QK;
+    let nb = w.blocks_per_row();
+    assert!(r0 <= r1, "matvec rows {r0}..{r1} are reversed");
+    // Packed rows lie in groups: a range may cut between them, or anywhere
+    // among the row-major rows after the last whole group.
+    let between_groups = |r: usize| r.is_multiple_of(4) || r >= w.rows / 4 * 4;
+    assert!(
+        !w.packed || (between_groups(r0) && between_groups(r1) && row_stride == nb * block_bytes),
+        "matvec rows {r0}..{r1} of a packed matrix must start and end between four-row groups"
+    );
+    assert!(
+        y.len() >= r1 - r0,
+        "matvec output holds {} rows, not {}",
+        y.len(),
+        r1 - r0
+    );
+    assert!(
+        x.q.len() >= nb * QK && x.d.len() >= nb,
+        "matvec activation is shorter than {} columns",
+        nb * QK
+    );
+    if r1 > r0 {
+        // The last row read ends at (r1 - 1) * row_stride + nb * block_bytes.
+        let q_end = (r1 - 1)
+            .checked_mul(row_stride)
+            .and_then(|v| v.checked_add(nb * block_bytes));
+        assert!(
+            q_end.is_some_and(|e| e <= w.q.len()),
+            "matvec weights are shorter than row {r1}"
+        );
+        assert!(
+            r1.checked_mul(nb).is_some_and(|e| e <= w.d.len()),
+            "matvec scales are shorter than row {r1}"
+        );
+    }
+    nb
+}
