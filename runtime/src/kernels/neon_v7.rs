@@ -36,7 +36,7 @@
 use std::arch::asm;
 
 use crate::core::quant::{self, Q4_BLOCK_BYTES, QK};
-use crate::core::tensor::{QAct, QTensor};
+use crate::core::tensor::QAct;
 
 pub const TIER: &str = "neon";
 /// HWCAP_NEON. No VFPv4: nothing here uses vfma, so Cortex-A8/A9 qualify.
@@ -68,20 +68,7 @@ fn keep_guard() {
 // ---------------------------------------------------------------------------
 // Integer path: matvec_q8, matvec_q4
 
-pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    keep_guard();
-    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.cols, QK);
-    // SAFETY: NEON is verified by the early guard; check_matvec bounded
-    // every row, block and scale the loop touches.
-    unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
-}
-
-pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    keep_guard();
-    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
-    // SAFETY: as in matvec_q8, with Q4's row stride and block size.
-    unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
-}
+matvec_entry_points!(prologue = keep_guard());
 
 /// Blocks whose int32 sums one call of the asm loops computes.
 const CHUNK: usize = 16;

@@ -60,6 +60,59 @@ pub(crate) fn check_rows(rows: &[f32], keys: usize, stride: usize, n: usize) {
     }
 }
 
+/// The safe `matvec_q8` and `matvec_q4` of a tier whose driver is
+/// `unsafe fn matvec<const Q4: bool>(y, wq, wd, x, nb, row_stride, r0, r1)`
+/// over row-major matrices: each checks its operands once (`check_matvec`)
+/// and hands the driver raw pointers. `prologue` runs first (ARMv7 keeps its
+/// guard linked that way).
+#[allow(unused_macros)]
+macro_rules! matvec_entry_points {
+    () => {
+        matvec_entry_points!(prologue = ());
+    };
+    (prologue = $prologue:expr) => {
+        pub fn matvec_q8(
+            y: &mut [f32],
+            w: &crate::core::tensor::QTensor,
+            x: &crate::core::tensor::QAct,
+            r0: usize,
+            r1: usize,
+        ) {
+            $prologue;
+            let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.cols, crate::core::quant::QK);
+            // SAFETY: the tier's features are verified by the guard
+            // (`core::isa`) before any kernel runs; check_matvec bounded
+            // every row, block and scale the driver touches.
+            unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
+        }
+
+        pub fn matvec_q4(
+            y: &mut [f32],
+            w: &crate::core::tensor::QTensor,
+            x: &crate::core::tensor::QAct,
+            r0: usize,
+            r1: usize,
+        ) {
+            $prologue;
+            let block_bytes = crate::core::quant::Q4_BLOCK_BYTES;
+            let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.row_bytes(), block_bytes);
+            // SAFETY: as in matvec_q8, with Q4's row stride and block size.
+            unsafe {
+                matvec::<true>(
+                    y.as_mut_ptr(),
+                    w.q.as_ptr(),
+                    w.d.as_ptr(),
+                    x,
+                    nb,
+                    w.row_bytes(),
+                    r0,
+                    r1,
+                )
+            }
+        }
+    };
+}
+
 /// The bounds `rope` relies on: q and k hold their heads, cos/sin hold
 /// head_dim / 2 angles. Panics, as the scalar kernel would by slice
 /// indexing, before any pointer arithmetic. Returns the pairs per head.

@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 
 use super::prefetch;
 use crate::core::quant::{Q4_BLOCK_BYTES, QK};
-use crate::core::tensor::{QAct, QTensor};
+use crate::core::tensor::QAct;
 
 pub const TIER: &str = "sse2";
 pub const REQUIRED_FEATURES: &[&str] = &["sse2"];
@@ -44,18 +44,7 @@ pub const PROVIDES: &[&str] = &[
 // ---------------------------------------------------------------------------
 // Integer path: matvec_q8, matvec_q4
 
-pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.cols, QK);
-    // SAFETY: SSE2 is verified by the guard (and is the x86-64 baseline);
-    // check_matvec bounded every row, block and scale the loop touches.
-    unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
-}
-
-pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
-    // SAFETY: as in matvec_q8, with Q4's row stride and block size.
-    unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
-}
+matvec_entry_points!();
 
 /// One weight block as 32 int8 in two vectors. Q4 nibbles are unpacked
 /// (low nibbles are elements 0–15, high nibbles 16–31) and re-centred, so

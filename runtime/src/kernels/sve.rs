@@ -67,7 +67,7 @@
 use std::arch::asm;
 
 use crate::core::quant::{Q4_BLOCK_BYTES, QK};
-use crate::core::tensor::{QAct, QTensor};
+use crate::core::tensor::QAct;
 
 // The fallback chain, skipping neon_dotprod (see above): the rest is NEON's.
 pub use super::neon::{add, attn_mix, attn_scores, axpy_f32, dot_f32, quantize_q8, rmsnorm, rope, silu_mul, softmax};
@@ -79,18 +79,7 @@ pub const REQUIRED_FEATURES: &[&str] = &["asimd", "sve"];
 /// Kernels this module implements itself.
 pub const PROVIDES: &[&str] = &["matvec_q8", "matvec_q4"];
 
-pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.cols, QK);
-    // SAFETY: SVE is verified by the guard; check_matvec bounded every row,
-    // block and scale the loop touches.
-    unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
-}
-
-pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
-    let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES);
-    // SAFETY: as in matvec_q8, with Q4's row stride and block size.
-    unsafe { matvec::<true>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
-}
+matvec_entry_points!();
 
 /// The vector length in bytes (16 to 256).
 ///
