@@ -5,8 +5,6 @@ use legacy_ml::model::writer::save_atomically;
 use legacy_ml::{ErrorKind, MlError, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// The largest model `ml gen` writes: random weights are for tests and
 /// benchmarks, and 64 GiB is far beyond any of them.
@@ -85,16 +83,15 @@ fn check_free_space(bytes: u64, dir: &Path, free: Option<u64>) -> Result<()> {
     }
 }
 
-/// Fails every write once `stop` is set (Ctrl-C), so that the writer
-/// stops and `save_atomically` removes its temporary file.
+/// Fails every write once Ctrl-C was pressed, so that the writer stops
+/// and `save_atomically` removes its temporary file.
 struct Interruptible<'a> {
     inner: &'a mut dyn Write,
-    stop: &'a AtomicBool,
 }
 
 impl Write for Interruptible<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.stop.load(Ordering::Relaxed) {
+        if super::sys::interrupted() {
             // Not ErrorKind::Interrupted: write_all would retry that.
             return Err(std::io::Error::other("interrupted (Ctrl-C)"));
         }
@@ -126,14 +123,12 @@ pub fn run(a: GenArgs) -> Result<()> {
     check_free_space(size, dir, super::sys::free_bytes(dir))?;
 
     // Ctrl-C stops the writing; the temporary file is removed (exit 3).
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    if ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).is_err() {
+    if !super::sys::catch_interrupt() {
         note!("note: cannot install a Ctrl-C handler; Ctrl-C may leave a temporary file");
     }
     let mut bytes = 0;
     save_atomically(&a.out, |w| {
-        let mut w = Interruptible { inner: w, stop: &stop };
+        let mut w = Interruptible { inner: w };
         bytes = cfg.write(&mut w)?;
         Ok(())
     })?;

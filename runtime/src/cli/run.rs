@@ -100,9 +100,7 @@ pub fn run(a: RunArgs) -> Result<()> {
 
     // Ctrl-C stops generation between tokens: the text so far and the
     // speed line are still printed and the exit is clean (code 0).
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&interrupted);
-    if ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).is_err() {
+    if !super::sys::catch_interrupt() {
         note!("note: cannot install a Ctrl-C handler; Ctrl-C will end the process abruptly");
     }
 
@@ -113,7 +111,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut generated = 0;
     let decode_start = Instant::now();
     for i in 0..steps {
-        if interrupted.load(Ordering::Relaxed) {
+        if super::sys::interrupted() {
             note!("\ninterrupted");
             break;
         }
