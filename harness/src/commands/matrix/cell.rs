@@ -1,0 +1,443 @@
+//! Stage 3: one cell, a row's build on one CPU, against the cell's
+//! expectation. In order: what `ml isa` sees there; then the golden
+//! (`pass`: every golden's logits within tolerance) or the guard's refusal
+//! (`reject`: exit 7 naming a feature the CPU lacks); then each kernel test
+//! binary (full mode); then, on qemu pass cells, the instructions per
+//! token. A `below-floor` cell instead checks that `ml` and every test
+//! binary die of SIGILL before any instruction of their own ran.
+
+use super::prepare::{Ctx, Gold};
+use super::row::{cell_report, Built, CellPlan, RowPlan};
+use crate::builder::{self, BuilderKind, TestExe};
+use crate::config::Expect;
+use crate::floor;
+use crate::golden::{self, Logits};
+use crate::icount;
+use crate::outcome;
+use crate::report::{CellReport, CellResult, E2e, TestRun};
+use crate::runner::Runner;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+use xshell::Shell;
+
+/// Every cell of a row, `ctx.jobs` at a time, in the row's order.
+pub fn run_all(ctx: &Ctx, plan: &RowPlan, built: &Built) -> Vec<CellReport> {
+    let slots: Vec<Mutex<Option<CellReport>>> = plan.cells.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..ctx.jobs.min(plan.cells.len()) {
+            s.spawn(|| {
+                let Ok(sh) = Shell::new() else { return };
+                sh.change_dir(ctx.root);
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(cell) = plan.cells.get(i) else { break };
+                    let report = run(&sh, ctx, plan, cell, built);
+                    *slots[i].lock().unwrap() = Some(report);
+                }
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|m| m.into_inner().unwrap().expect("every cell ran"))
+        .collect()
+}
+
+fn run(sh: &Shell, ctx: &Ctx, plan: &RowPlan, cp: &CellPlan, built: &Built) -> CellReport {
+    let t = Instant::now();
+    let row = plan.row;
+    let cell = cp.cell;
+    let mut rep = cell_report(cp, CellResult::Pass, "");
+    if row.compile_only.is_some() || cell.expect == Expect::CompileOnly {
+        rep.result = CellResult::CompileOnly;
+        rep.reason = cell.reason.clone().or(row.compile_only.clone()).unwrap_or_default();
+        return rep;
+    }
+    let runner = match &cp.runner {
+        Ok(r) => r,
+        Err(why) => {
+            rep.result = CellResult::Fail;
+            rep.reason = why.clone();
+            return rep;
+        }
+    };
+    rep.ran_as = runner.how();
+    rep.runner = runner.command_line();
+    let progress = ctx.progress;
+    let step = format!("{} (expect {})", cell.label(plan.arch), cell.expect.name());
+    progress.step(&row.name, &step);
+    if cell.expect == Expect::BelowFloor {
+        below_floor(sh, ctx, plan, runner, built, &mut rep);
+        if rep.result == CellResult::BelowFloor {
+            rep.reason = format!("{} — {}", cell.reason.as_deref().unwrap_or_default(), rep.reason);
+        }
+        rep.seconds = t.elapsed().as_secs_f64();
+        progress.done(&row.name, &step, rep.seconds, &rep.grid());
+        return rep;
+    }
+    let mut failures: Vec<String> = Vec::new();
+
+    // What the build sees on this CPU.
+    if let Ok(o) = built.exec_ml(sh, ctx, runner, &["isa".to_string()]) {
+        if o.sigill() {
+            failures.push(format!("ml isa: {}", o.describe()));
+        } else {
+            rep.detected_features = Some(outcome::parse_isa(&o.stdout).1);
+        }
+    }
+
+    match cell.expect {
+        Expect::Reject => {
+            let model = ctx
+                .golds
+                .first()
+                .map(|g| g.model.clone())
+                .unwrap_or_else(|| ctx.root.join("target/matrix/_models/none.mlb"));
+            let args = vec![
+                "logits".to_string(),
+                model.display().to_string(),
+                "--tokens".into(),
+                "1,7,42,100".into(),
+                "-n".into(),
+                "16".into(),
+            ];
+            match built.exec_ml(sh, ctx, runner, &args) {
+                Ok(o) => match outcome::check_reject(&o, &cp.expected_missing) {
+                    Ok(g) => rep.guard = Some(g),
+                    Err(e) => failures.push(format!("ml logits: {e}")),
+                },
+                Err(e) => failures.push(format!("ml logits: {e:#}")),
+            }
+        }
+        Expect::Pass => {
+            if let Some(e) = &ctx.gold_error {
+                failures.push(format!("golden unavailable: {e}"));
+            }
+            for g in &ctx.golds {
+                let e2e = golden_e2e(sh, ctx, runner, built, g);
+                if !e2e.ok {
+                    failures.push(format!("e2e {}: {}", e2e.golden, e2e.detail));
+                }
+                rep.e2e.push(e2e);
+            }
+        }
+        // Compile-only cells never run; `host` was resolved when the matrix loaded.
+        Expect::CompileOnly | Expect::Host | Expect::BelowFloor => unreachable!(),
+    }
+
+    // Kernel tests (full mode).
+    if built.tests_failed && !ctx.quick {
+        failures.push("test binaries did not build".into());
+    }
+    if let Some(exes) = &built.tests {
+        kernel_tests(sh, ctx, plan, cp, runner, built, exes, &mut rep, &mut failures);
+    }
+
+    // Instructions per decoded token, on pass cells under qemu.
+    if cell.expect == Expect::Pass
+        && failures.is_empty()
+        && matches!(runner, Runner::Qemu { .. })
+        && ctx.kind != BuilderKind::Cross
+    {
+        match count_instructions(ctx, plan, cp, runner, &built.ml) {
+            Ok(costs) => {
+                // Whether a repeated run counted the same is reported, not
+                // enforced: on some qemu x86 models two identical runs still
+                // differ by a few instructions (seen after --no-stats and
+                // setarch -R; cause not yet found), and the per-token figure
+                // moves by far less than any tier's margin.
+                rep.icount = costs;
+            }
+            Err(e) => failures.push(format!("instruction count: {e:#}")),
+        }
+    }
+
+    rep.seconds = t.elapsed().as_secs_f64();
+    if failures.is_empty() {
+        rep.result = if cell.expect == Expect::Reject {
+            CellResult::Rejected
+        } else {
+            CellResult::Pass
+        };
+    } else {
+        rep.result = CellResult::Fail;
+        rep.reason = failures.join("; ");
+    }
+    progress.done(&row.name, &step, rep.seconds, &rep.grid());
+    rep
+}
+
+/// `ml logits` of one golden's model and tokens, compared with the golden.
+fn golden_e2e(sh: &Shell, ctx: &Ctx, runner: &Runner, built: &Built, g: &Gold) -> E2e {
+    let failed = |detail: String| E2e {
+        golden: g.name.clone(),
+        ok: false,
+        max_rel_err: None,
+        worst_pos: None,
+        tokens_match: None,
+        detail,
+    };
+    let tokens = g
+        .logits
+        .tokens
+        .iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let args = vec![
+        "logits".to_string(),
+        g.model.display().to_string(),
+        "--tokens".into(),
+        tokens,
+        "-n".into(),
+        g.logits.steps.len().to_string(),
+    ];
+    let o = match built.exec_ml(sh, ctx, runner, &args) {
+        Err(e) => return failed(format!("{e:#}")),
+        Ok(o) => o,
+    };
+    if let Err(e) = outcome::check_ran(&o) {
+        return failed(format!("ml logits: {e}"));
+    }
+    let got = match serde_json::from_str::<Logits>(&o.stdout) {
+        Err(e) => return failed(format!("ml logits printed no valid JSON: {e}")),
+        Ok(got) => got,
+    };
+    let c = golden::compare(&g.logits, &got, ctx.matrix.settings.tolerance);
+    E2e {
+        golden: g.name.clone(),
+        ok: c.ok,
+        max_rel_err: Some(c.max_rel_err),
+        worst_pos: c.worst_pos,
+        tokens_match: Some(c.tokens_match),
+        detail: c.summary(),
+    }
+}
+
+/// The row's test binaries on this cell: each must pass (a pass cell) or
+/// be refused by the guard (a reject cell). Under `cross`, one
+/// `cross test` for a pass cell, none for a reject cell.
+#[allow(clippy::too_many_arguments)]
+fn kernel_tests(
+    sh: &Shell,
+    ctx: &Ctx,
+    plan: &RowPlan,
+    cp: &CellPlan,
+    runner: &Runner,
+    built: &Built,
+    exes: &[TestExe],
+    rep: &mut CellReport,
+    failures: &mut Vec<String>,
+) {
+    let expect = cp.cell.expect;
+    if ctx.kind == BuilderKind::Cross {
+        if expect != Expect::Pass {
+            return;
+        }
+        let tr = match built.rb.cross_exec(
+            sh,
+            runner,
+            &["test", "--no-fail-fast"],
+            &[],
+            &ctx.run_env(runner),
+            ctx.timeout(),
+        ) {
+            Ok(o) => outcome::test_run_pass("cross test (all binaries)", &o),
+            Err(e) => TestRun {
+                name: "cross test".into(),
+                ok: false,
+                detail: format!("{e:#}"),
+                counts: Default::default(),
+                seconds: 0.0,
+            },
+        };
+        if !tr.ok {
+            failures.push(format!("kernel tests: {}", tr.detail));
+        }
+        rep.kernel_tests.push(tr);
+        return;
+    }
+    for exe in exes {
+        let run = || runner.run(sh, &exe.path, &[], &ctx.run_env(runner), ctx.timeout());
+        let mut out = run();
+        // qemu-user 7.2 can deadlock in a guest's fork (a test spawning
+        // `ml`) before the exec: a hang of the emulator, not of the code
+        // under test. Such a binary runs once more, and the report says so.
+        let mut first_timed_out = None;
+        if let (Runner::Qemu { .. }, Ok(o)) = (runner, &out) {
+            if o.timed_out && expect == Expect::Pass {
+                first_timed_out = Some(o.seconds);
+                ctx.progress.step(
+                    &plan.row.name,
+                    &format!("{}: timed out under qemu-user, running it again", exe.name),
+                );
+                out = run();
+            }
+        }
+        let mut tr = match out {
+            Err(e) => TestRun {
+                name: exe.name.clone(),
+                ok: false,
+                detail: format!("{e:#}"),
+                counts: Default::default(),
+                seconds: 0.0,
+            },
+            Ok(o) => match expect {
+                Expect::Pass => outcome::test_run_pass(&exe.name, &o),
+                _ => outcome::test_run_reject(&exe.name, &o, &cp.expected_missing),
+            },
+        };
+        if let Some(secs) = first_timed_out {
+            tr.detail = format!(
+                "{} (on its second run: the first timed out after {secs:.0}s)",
+                tr.detail
+            );
+        }
+        if !tr.ok {
+            failures.push(format!("{}: {}", tr.name, tr.detail));
+        }
+        rep.kernel_tests.push(tr);
+    }
+}
+
+/// Instructions per decoded token of the random-weight golden models
+/// (`ml gen` ones: Q8_0 and Q4_0) on one qemu cell, by the difference of a
+/// short and a long greedy run on one thread; the first model's short run
+/// is repeated, and must count exactly the same.
+fn count_instructions(
+    ctx: &Ctx,
+    plan: &RowPlan,
+    cp: &CellPlan,
+    runner: &Runner,
+    ml: &Path,
+) -> Result<Vec<icount::TokenCost>> {
+    let plugin = ctx
+        .icount_plugin
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("no plugin: {e}"))?;
+    let dir = builder::target_dir(ctx.root, &plan.row.name).join("icount");
+    std::fs::create_dir_all(&dir)?;
+    let safe_label: String = cp
+        .cell
+        .label(plan.arch)
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let mut costs = Vec::new();
+    for (i, g) in ctx.golds.iter().filter(|g| g.logits.model.is_none()).enumerate() {
+        let out = |n: u32, k: &str| dir.join(format!("{safe_label}-{}-{n}{k}.txt", g.name));
+        let count = |n: u32, k: &str| {
+            icount::run_counted(
+                runner,
+                plugin,
+                ml,
+                &icount::run_args(&g.model, n),
+                &out(n, k),
+                ctx.timeout(),
+            )
+            .map(|(c, _)| c)
+        };
+        let short = count(icount::SHORT_RUN, "")?;
+        let long = count(icount::LONG_RUN, "")?;
+        let mut cost = icount::token_cost(&g.name, &short, &long);
+        if i == 0 {
+            cost.repeated_exactly = Some(count(icount::SHORT_RUN, "-again")?.total == short.total);
+        }
+        costs.push(cost);
+    }
+    Ok(costs)
+}
+
+/// A `below-floor` cell: `ml logits` and every test binary must die of
+/// SIGILL before any instruction of their own ran, as qemu's trace shows
+/// (`floor::check`). The trace needs this machine's qemu (and the target's
+/// sysroot): with `cross`, whose test executables are paths inside its
+/// container, only `ml` (built into the mounted target dir) is checked.
+fn below_floor(sh: &Shell, ctx: &Ctx, plan: &RowPlan, runner: &Runner, built: &Built, rep: &mut CellReport) {
+    let fail = |rep: &mut CellReport, why: String| {
+        rep.result = CellResult::Fail;
+        rep.reason = why;
+    };
+    let prefix = runner.prefix();
+    let Some((qemu, qemu_args)) = prefix.split_first() else {
+        return fail(rep, "below-floor cells run under qemu only".into());
+    };
+    let logs = builder::target_dir(ctx.root, &plan.row.name).join("floor-traces");
+    if let Err(e) = std::fs::create_dir_all(&logs) {
+        return fail(rep, format!("create {}: {e}", logs.display()));
+    }
+    let model = ctx
+        .golds
+        .first()
+        .map(|g| g.model.display().to_string())
+        .unwrap_or_default();
+    let logits = ["logits", &model, "--tokens", "1,7,42,100", "-n", "16"].map(String::from);
+    /// One process that must die at the floor.
+    struct Probe {
+        name: String,
+        exe: PathBuf,
+        args: Vec<String>,
+    }
+    let mut probes = vec![Probe {
+        name: "ml logits".into(),
+        exe: built.ml.clone(),
+        args: logits.to_vec(),
+    }];
+    if ctx.kind != BuilderKind::Cross {
+        for exe in built.tests.as_deref().unwrap_or_default() {
+            probes.push(Probe {
+                name: exe.name.clone(),
+                exe: exe.path.clone(),
+                args: vec![],
+            });
+        }
+    }
+    let safe = |s: &str| s.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+    let mut failures = Vec::new();
+    for (i, probe) in probes.iter().enumerate() {
+        let log = logs.join(format!("{}-{i}.log", safe(&rep.cpu)));
+        let mut argv: Vec<String> = qemu_args.to_vec();
+        argv.extend(floor::qemu_trace_args(&log.display().to_string()));
+        argv.push(probe.exe.display().to_string());
+        argv.extend(probe.args.iter().cloned());
+        let checked = Runner::Native
+            .run(sh, Path::new(qemu), &argv, &ctx.run_env(runner), ctx.timeout())
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|o| {
+                let trace = std::fs::read_to_string(&log).unwrap_or_default();
+                floor::check(&o, &trace).map(|ev| (ev, o.seconds))
+            });
+        // The traces of a run that got further can be large; the verdict
+        // and its evidence are in the report.
+        let _ = std::fs::remove_file(&log);
+        let (ok, detail, seconds) = match checked {
+            Ok((ev, secs)) => (true, ev.summary(), secs),
+            Err(e) => (false, e, 0.0),
+        };
+        if i == 0 && ok {
+            rep.reason = format!("{}: {detail}", probe.name);
+        }
+        if !ok {
+            failures.push(format!("{}: {detail}", probe.name));
+        }
+        if i > 0 {
+            rep.kernel_tests.push(TestRun {
+                name: probe.name.clone(),
+                ok,
+                detail,
+                counts: Default::default(),
+                seconds,
+            });
+        }
+    }
+    let _ = std::fs::remove_dir(&logs);
+    if failures.is_empty() {
+        rep.result = CellResult::BelowFloor;
+    } else {
+        fail(rep, failures.join("; "));
+    }
+}
