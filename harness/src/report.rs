@@ -735,6 +735,20 @@ pub fn read(path: &Path) -> Result<Report> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn step_status_keeps_the_reports_strings() {
+        let steps = [Step::ok("a", 1.5), Step::failed("b", 0.0), Step::skipped("c")];
+        let json = serde_json::to_string(&steps).unwrap();
+        assert_eq!(
+            json,
+            r#"[{"status":"ok","detail":"a","seconds":1.5},{"status":"failed","detail":"b","seconds":0.0},{"status":"skipped","detail":"c","seconds":0.0}]"#
+        );
+        let back: Vec<Step> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back[1].status, StepStatus::Failed);
+        assert_eq!(format!("{} {}", back[0].status, back[2].status), "ok skipped");
+        assert!(serde_json::from_str::<Step>(r#"{"status":"done","detail":"","seconds":0.0}"#).is_err());
+    }
+
     fn cell(label: &str, result: CellResult, reason: &str) -> CellReport {
         CellReport {
             cpu: label.into(),

@@ -45,27 +45,31 @@ pub fn bench_row(sh: &Shell, ctx: &Ctx, plan: &RowPlan, ml: &Path) -> Option<Ben
     .map(|s| s.to_string())
     .chain([model.display().to_string()])
     .collect();
-    let o = Runner::Native
+    let out = Runner::Native
         .run(sh, ml, &args, &ctx.run_env(&Runner::Native), ctx.timeout())
         .ok()?;
-    if outcome::check_ran(&o).is_err() {
-        ctx.progress
-            .done(&row.name, "ml bench", o.seconds, &format!("no data: {}", o.describe()));
+    if outcome::check_ran(&out).is_err() {
+        ctx.progress.done(
+            &row.name,
+            "ml bench",
+            out.seconds,
+            &format!("no data: {}", out.describe()),
+        );
         return None;
     }
-    let v: serde_json::Value = serde_json::from_str(o.stdout.trim()).ok()?;
-    let tps = v["model"]["decode_tok_per_s"].as_f64()?;
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).ok()?;
+    let tps = json["model"]["decode_tok_per_s"].as_f64()?;
     ctx.progress
-        .done(&row.name, "ml bench", o.seconds, &format!("{tps:.1} tok/s"));
+        .done(&row.name, "ml bench", out.seconds, &format!("{tps:.1} tok/s"));
     Some(BenchResult {
-        tier: v["tier"].as_str().unwrap_or(&row.tier).to_string(),
+        tier: json["tier"].as_str().unwrap_or(&row.tier).to_string(),
         row: row.name.clone(),
         ran_as: "native".into(),
         tokens_per_sec: tps,
         speedup_vs_scalar: None,
         emulated: false,
         target: row.target.clone(),
-        roofline_fraction: v["model"]["roofline_fraction"].as_f64(),
+        roofline_fraction: json["model"]["roofline_fraction"].as_f64(),
     })
 }
 

@@ -157,14 +157,20 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
     }
 
     // Each tier must cost fewer instructions per token than the one below.
-    for b in icount::ordering(&rows) {
-        progress.done(&b.row, "instruction order", 0.0, &format!("FAILED: {}", b.message));
-        if let Some(r) = rows.iter_mut().find(|r| r.name == b.row) {
-            r.status = RowStatus::Failed;
-            r.note = if r.note.is_empty() {
-                b.message
+    for order_break in icount::ordering(&rows) {
+        let message = order_break.message;
+        progress.done(
+            &order_break.row,
+            "instruction order",
+            0.0,
+            &format!("FAILED: {message}"),
+        );
+        if let Some(report) = rows.iter_mut().find(|r| r.name == order_break.row) {
+            report.status = RowStatus::Failed;
+            report.note = if report.note.is_empty() {
+                message
             } else {
-                format!("{}; {}", r.note, b.message)
+                format!("{}; {message}", report.note)
             };
         }
     }
@@ -176,7 +182,7 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
         RowStatus::Unavailable => args.allow_unavailable,
         RowStatus::Failed => false,
     }) && ctx.gold_error.is_none();
-    let rep = Report {
+    let matrix_report = Report {
         schema: report::SCHEMA.into(),
         generated_utc: report::utc_now(),
         mode: if args.quick { "quick".into() } else { "full".into() },
@@ -197,12 +203,12 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
         target_notes,
     };
     let out = root.join(&args.out);
-    report::write_all(&out, &rep)?;
-    println!("{}", report::grid_markdown(&rep));
+    report::write_all(&out, &matrix_report)?;
+    println!("{}", report::grid_markdown(&matrix_report));
     println!(
         "{} in {:.0}s — report: {}/report.md, report.json, report.html",
         if ok { "matrix PASSED" } else { "matrix FAILED" },
-        rep.elapsed_secs,
+        matrix_report.elapsed_secs,
         out.display()
     );
     if let Some(e) = &ctx.gold_error {

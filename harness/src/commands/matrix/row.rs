@@ -41,7 +41,8 @@ pub struct RowPlan<'a> {
 
 /// One CPU of a row.
 pub struct CellPlan<'a> {
-    pub cell: &'a Cell,
+    /// The cell as matrix.toml gives it.
+    pub config: &'a Cell,
     /// The grid's column: `native`, `native (wine)`, `qemu:<model>`, or a
     /// compile-only cell's CPU class.
     pub label: String,
@@ -53,6 +54,8 @@ pub struct CellPlan<'a> {
     pub expected_missing: Vec<&'static str>,
 }
 
+/// Resolves everything about `row` that does not need its build: the
+/// later stages read the result and look nothing up again.
 pub fn plan<'a>(ctx: &Ctx<'a>, row: &'a Row) -> RowPlan<'a> {
     let arch = row.arch();
     let tier = row.tier();
@@ -69,12 +72,12 @@ pub fn plan<'a>(ctx: &Ctx<'a>, row: &'a Row) -> RowPlan<'a> {
                 Place::Qemu(m) => isa::cpu_model(arch, m).map(|m| m.features.clone()).unwrap_or_default(),
                 Place::Nowhere(_) => vec![],
             };
-            let runner = runner_for(ctx, row, spec, &place).ok_or_else(|| match &ctx.wine {
+            let runner = runner_for(ctx, row, arch, spec, &place).ok_or_else(|| match &ctx.wine {
                 Some(Err(e)) if wine => format!("no Wine prefix to run it in: {e}"),
                 _ => "no way to run this CPU".into(),
             });
             CellPlan {
-                cell,
+                config: cell,
                 label: match cell.label(arch) {
                     l if l == "native" && wine => "native (wine)".into(),
                     l => l,
@@ -85,9 +88,9 @@ pub fn plan<'a>(ctx: &Ctx<'a>, row: &'a Row) -> RowPlan<'a> {
         })
         .collect();
     let probe = if ctx.host_arch.is_some_and(|h| row.runs_natively_on(h)) {
-        runner_for(ctx, row, spec, &Place::Native)
+        runner_for(ctx, row, arch, spec, &Place::Native)
     } else {
-        setup::which(&spec.qemu).and_then(|_| runner_for(ctx, row, spec, &Place::Qemu("max".into())))
+        setup::which(&spec.qemu).and_then(|_| runner_for(ctx, row, arch, spec, &Place::Qemu("max".into())))
     };
     RowPlan {
         row,
@@ -101,7 +104,7 @@ pub fn plan<'a>(ctx: &Ctx<'a>, row: &'a Row) -> RowPlan<'a> {
     }
 }
 
-fn runner_for(ctx: &Ctx, row: &Row, spec: &TargetSpec, place: &Place) -> Option<Runner> {
+fn runner_for(ctx: &Ctx, row: &Row, arch: Arch, spec: &TargetSpec, place: &Place) -> Option<Runner> {
     match place {
         Place::Native if under_wine(row) => match &ctx.wine {
             Some(Ok(w)) => Some(Runner::Wine {
@@ -114,7 +117,7 @@ fn runner_for(ctx: &Ctx, row: &Row, spec: &TargetSpec, place: &Place) -> Option<
         Place::Qemu(model) => Some(Runner::Qemu {
             bin: spec.qemu.clone(),
             cpu: model.clone(),
-            cpu_arg: isa::qemu_cpu_arg(row.arch(), model),
+            cpu_arg: isa::qemu_cpu_arg(arch, model),
             sysroot: if row.target == ctx.host_triple {
                 None
             } else {
@@ -413,11 +416,11 @@ fn empty_row(row: &Row) -> RowReport {
 /// A cell's report before it runs (or when it never will).
 pub fn cell_report(c: &CellPlan, result: CellResult, reason: &str) -> CellReport {
     CellReport {
-        cpu: c.cell.cpu.clone(),
+        cpu: c.config.cpu.clone(),
         label: c.label.clone(),
         ran_as: "not run".into(),
         runner: String::new(),
-        expect: c.cell.expect.name().into(),
+        expect: c.config.expect.name().into(),
         result,
         reason: reason.to_string(),
         detected_features: None,
@@ -441,4 +444,106 @@ fn rustc_cfg_features(sh: &Shell, row: &Row) -> Vec<String> {
         .filter_map(|l| l.strip_prefix("target_feature=\""))
         .map(|l| l.trim_end_matches('"').to_string())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Host, Matrix};
+    use crate::progress::Progress;
+    use std::path::Path;
+
+    const MATRIX: &str = r#"
+[target.x86_64-unknown-linux-gnu]
+qemu = "qemu-x86_64"
+objdump = "objdump"
+[target.i686-unknown-linux-gnu]
+linker = "i686-linux-gnu-gcc"
+qemu = "qemu-i386"
+sysroot = "/usr/i686-linux-gnu"
+objdump = "objdump"
+[target.x86_64-pc-windows-gnu]
+linker = "x86_64-w64-mingw32-gcc"
+wine = "/usr/lib/wine/wine64"
+objdump = "x86_64-w64-mingw32-objdump"
+[[row]]
+name = "sse41"
+tier = "sse41"
+target = "i686-unknown-linux-gnu"
+cpus = [
+  { cpu = "Haswell", expect = "pass" },
+  { cpu = "qemu32", expect = "reject" },
+  { cpu = "SSE4 laptop", expect = "compile-only", reason = "none here" },
+]
+[[row]]
+name = "win"
+tier = "avx2"
+target = "x86_64-pc-windows-gnu"
+cpus = [{ cpu = "native", expect = "pass" }]
+"#;
+
+    fn ctx<'a>(matrix: &'a Matrix, host: &Host, progress: &'a Progress) -> Ctx<'a> {
+        Ctx {
+            root: Path::new("/nonexistent"),
+            matrix,
+            kind: BuilderKind::Cargo,
+            quick: true,
+            jobs: 1,
+            host_triple: "x86_64-unknown-linux-gnu".into(),
+            host_arch: host.arch,
+            host_features: host.features.clone(),
+            runtime_features: vec![],
+            golds: vec![],
+            gold_error: None,
+            icount_plugin: Err("not built".into()),
+            progress,
+            wine: Some(Err("wine said no".into())),
+        }
+    }
+
+    #[test]
+    fn a_plan_resolves_runners_cpu_arguments_and_what_each_cpu_lacks() {
+        let host = Host {
+            arch: Some(Arch::X86_64),
+            features: "sse2 sse3 ssse3 sse4_1 sse4_2 avx fma avx2"
+                .split(' ')
+                .map(String::from)
+                .collect(),
+        };
+        let matrix = Matrix::parse(MATRIX, &host).unwrap();
+        let progress = Progress::new();
+        let ctx = ctx(&matrix, &host, &progress);
+
+        let p = plan(&ctx, &matrix.rows[0]);
+        assert_eq!(p.arch, Arch::X86);
+        assert_eq!(p.tier_needs, ["sse2", "ssse3", "sse4_1"]);
+        assert!(!p.under_wine);
+        let labels: Vec<&str> = p.cells.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(labels, ["qemu:Haswell", "qemu:qemu32", "SSE4 laptop"]);
+        // qemu-i386 running an x86-64 model: syscall and lm off, then what
+        // TCG cannot do; the i686 sysroot since this is not the host triple.
+        assert_eq!(
+            p.cells[0].runner,
+            Ok(Runner::Qemu {
+                bin: "qemu-i386".into(),
+                cpu: "Haswell".into(),
+                cpu_arg: "Haswell,-syscall,-lm,-pcid,-x2apic,-tsc-deadline,-hle,-invpcid,-rtm".into(),
+                sysroot: Some("/usr/i686-linux-gnu".into()),
+            })
+        );
+        assert!(p.cells[0].expected_missing.is_empty());
+        assert_eq!(p.cells[1].expected_missing, ["ssse3", "sse4_1"]);
+        assert_eq!(p.cells[2].runner, Err("no way to run this CPU".to_string()));
+
+        // A Windows row on Linux: native runs under Wine, here without a prefix.
+        let p = plan(&ctx, &matrix.rows[1]);
+        assert!(p.under_wine);
+        assert_eq!(p.cells[0].label, "native (wine)");
+        assert_eq!(
+            p.cells[0].runner,
+            Err("no Wine prefix to run it in: wine said no".to_string())
+        );
+        assert!(p.cells[0].expected_missing.is_empty());
+        assert!(p.probe.is_none());
+    }
 }
