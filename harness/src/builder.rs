@@ -298,25 +298,36 @@ pub fn exit_signal(_: &std::process::ExitStatus) -> Option<i32> {
     None
 }
 
+/// A row whose build succeeded: its target dir can seed another row's.
+#[derive(Debug, Clone)]
+pub struct BuiltRow {
+    /// Also the name of its target dir (`target_dir`).
+    pub name: String,
+    pub target: String,
+    pub rustflags: Vec<String>,
+}
+
 /// Seeds a row's empty target dir from an already-built one, so identical
 /// dependencies are not compiled again: a full copy from a row with the same
 /// triple and rustflags (only the runtime crate, whose features differ, is
 /// then rebuilt, under its own hash), else only the host artifacts (proc
 /// macros, build scripts) of any built row. Returns what it did.
-pub fn seed(sh: &Shell, root: &Path, row: &Row, built: &[(String, String, Vec<String>)]) -> Option<String> {
+pub fn seed(sh: &Shell, root: &Path, row: &Row, built: &[BuiltRow]) -> Option<String> {
     let dst = target_dir(root, &row.name);
     if dst.exists() {
         return None;
     }
-    let same = built.iter().find(|(_, t, f)| shares_target_dir_kind(row, t, f));
+    let same = built
+        .iter()
+        .find(|b| shares_target_dir_kind(row, &b.target, &b.rustflags));
     let src_row = same.or_else(|| built.first())?;
-    let src = target_dir(root, &src_row.0);
+    let src = target_dir(root, &src_row.name);
     if !src.exists() {
         return None;
     }
     if same.is_some() {
         cmd!(sh, "cp -a {src} {dst}").quiet().run().ok()?;
-        Some(format!("seeded from {} (same target and rustflags)", src_row.0))
+        Some(format!("seeded from {} (same target and rustflags)", src_row.name))
     } else {
         std::fs::create_dir_all(&dst).ok()?;
         let mut copied = Vec::new();
@@ -330,7 +341,7 @@ pub fn seed(sh: &Shell, root: &Path, row: &Row, built: &[(String, String, Vec<St
         Some(format!(
             "host artifacts ({}) seeded from {}",
             copied.join(", "),
-            src_row.0
+            src_row.name
         ))
     }
 }

@@ -552,12 +552,12 @@ fn row_errors(row: &Row, targets: &BTreeMap<String, TargetSpec>, host: &Host) ->
                     if cell.expect == Expect::BelowFloor {
                         continue;
                     }
-                    m.features.iter().map(|s| s.to_string()).collect()
+                    m.features.clone()
                 }
                 None => {
                     if cell.expect != Expect::CompileOnly {
                         errs.push(format!(
-                            "cpu `{model}`: not a known {} qemu model (add it to harness/src/isa.rs and qemu/README.md)",
+                            "cpu `{model}`: not a known {} qemu model (add it to qemu/cpus.toml and qemu/README.md)",
                             arch.name()
                         ));
                     }
@@ -896,12 +896,7 @@ cpus = [{ cpu = "native", expect = "below-floor", reason = "x" }, { cpu = "qemu6
         // A Haswell-class runner: `pass` on native is impossible there...
         let haswell = Host {
             arch: Some(Arch::X86_64),
-            features: isa::cpu_model(Arch::X86_64, "Haswell")
-                .unwrap()
-                .features
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            features: isa::cpu_model(Arch::X86_64, "Haswell").unwrap().features.clone(),
         };
         let e = format!("{:#}", Matrix::load(&path, &haswell).unwrap_err());
         assert!(e.contains("expects pass, but this host lacks"), "{e}");
@@ -921,12 +916,7 @@ cpus = [{ cpu = "native", expect = "below-floor", reason = "x" }, { cpu = "qemu6
         };
         let host_like = |model: &str| Host {
             arch: Some(Arch::X86_64),
-            features: isa::cpu_model(Arch::X86_64, model)
-                .unwrap()
-                .features
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            features: isa::cpu_model(Arch::X86_64, model).unwrap().features.clone(),
         };
         // Haswell lacks AVX-VNNI: the native cell expects the guard's reject.
         let m = Matrix::parse(&row("native"), &host_like("Haswell")).unwrap();

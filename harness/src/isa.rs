@@ -3,13 +3,14 @@
 //! Feature names are the ones the runtime's guard prints (`ml isa`, the
 //! `missing:` list): Linux /proc/cpuinfo flags on x86 (with `sse3` for
 //! cpuinfo's `pni`), HWCAP names on ARM (`asimd`, `asimddp`, `sve`, `neon`).
-//! The qemu model table was measured by running `ml isa` under each model
-//! with QEMU 7.2 (TCG); `harness doctor` re-measures it and flags drift.
+//! The qemu model table (qemu/cpus.toml, compiled in) was measured by
+//! running `ml isa` under each model with QEMU 7.2 (TCG);
+//! `harness doctor --probe-cpus` re-measures it and flags drift.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// CPU architecture of a target triple.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Arch {
     X86_64,
@@ -114,9 +115,6 @@ pub fn target_needs(arch: Arch) -> &'static [&'static str] {
 
 const X86: &[Arch] = &[Arch::X86_64, Arch::X86];
 
-/// What the ARMv7-A models here have of the targets' floors.
-const ARMV7: &[&str] = &["v6", "v6k", "v7", "thumb2", "vfp", "vfpv3", "vfpd32"];
-
 /// Spec §3's tiers. `needs` is the minimum a CPU must have; the runtime's
 /// guard may check more (the harness reads the binary's own list from
 /// `ml isa` and uses that for the audit).
@@ -200,18 +198,65 @@ pub fn tier(name: &str) -> Option<&'static Tier> {
 }
 
 /// A qemu `-cpu` model and the tier-relevant features a guest sees under
-/// QEMU 7.2 TCG (the model's features minus what TCG cannot emulate).
-#[derive(Debug)]
+/// QEMU 7.2 TCG (the model's features minus what TCG cannot emulate): one
+/// `[[cpu]]` of qemu/cpus.toml.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CpuModel {
     pub arch: Arch,
-    pub model: &'static str,
-    pub features: &'static [&'static str],
+    pub model: String,
+    pub features: Vec<String>,
     /// What it has of the targets' own floors (`isa::arm_floor`) beyond
     /// `features`: on ARM the architecture level (`v6`, `v6k`, `v7`,
     /// `thumb2`) and the VFP generation and register bank (`vfp` = VFPv2,
     /// `vfpv3`, `vfpd32`). Not in `features`: the guard does not report them.
-    pub base: &'static [&'static str],
-    pub note: &'static str,
+    #[serde(default)]
+    pub base: Vec<String>,
+    /// Features of the model that TCG cannot emulate and drops anyway, each
+    /// with a `qemu: warning: TCG doesn't support requested feature` line
+    /// on stderr. Turning them off explicitly changes nothing the guest sees
+    /// but keeps stderr clean for tests that check it (tests/cli.rs wants
+    /// one-line errors).
+    #[serde(default)]
+    pub tcg_off: Vec<String>,
+    pub note: String,
+}
+
+impl CpuModel {
+    fn has(&self, feature: &str) -> bool {
+        self.features.iter().chain(&self.base).any(|f| f == feature)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CpuTable {
+    cpu: Vec<CpuModel>,
+}
+
+/// The model table, in the repository as data so that adding a model is
+/// one `[[cpu]]` there (and a line of qemu/README.md).
+pub const CPU_TABLE: &str = include_str!("../../qemu/cpus.toml");
+
+/// Parses a cpus.toml text; a model named twice for one arch is an error.
+pub fn parse_cpu_table(text: &str) -> anyhow::Result<Vec<CpuModel>> {
+    let t: CpuTable = toml::from_str(text)?;
+    for (i, m) in t.cpu.iter().enumerate() {
+        if t.cpu[..i].iter().any(|o| o.arch == m.arch && o.model == m.model) {
+            anyhow::bail!("{} model `{}` listed twice", m.arch.name(), m.model);
+        }
+    }
+    Ok(t.cpu)
+}
+
+/// The qemu-user CPU models the matrix may name (qemu/cpus.toml). Both x86
+/// arches share the x86-64 models (qemu-i386 accepts the same names);
+/// qemu32, pentium2 and pentium3 are i386-only.
+pub fn cpu_models() -> &'static [CpuModel] {
+    static TABLE: std::sync::OnceLock<Vec<CpuModel>> = std::sync::OnceLock::new();
+    // The file is compiled in and a unit test parses it: an error here is a
+    // broken build, not a user's mistake.
+    TABLE.get_or_init(|| parse_cpu_table(CPU_TABLE).unwrap_or_else(|e| panic!("qemu/cpus.toml: {e:#}")))
 }
 
 /// The ARM part of `audit::target_baseline`: what every binary of a 32-bit
@@ -243,267 +288,23 @@ pub fn arm_v6(triple: &str) -> bool {
 pub fn below_floor(triple: &str, m: &CpuModel) -> Vec<String> {
     crate::audit::target_floor(triple)
         .into_iter()
-        .filter(|f| !m.features.contains(&f.as_str()) && !m.base.contains(&f.as_str()))
+        .filter(|f| !m.has(f))
         .collect()
 }
 
-const SSE3: &[&str] = &["sse2", "sse3"];
-const SSSE3: &[&str] = &["sse2", "sse3", "ssse3"];
-const SSE41: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1"];
-const SSE42: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1", "sse4_2"];
-const AVX: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx"];
-const AVX2: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "fma", "avx2"];
-
-/// The qemu-user CPU models the matrix may name. Both x86 arches share the
-/// x86-64 models (qemu-i386 accepts the same names); qemu32 is i386-only.
-pub const CPU_MODELS: &[CpuModel] = &[
-    CpuModel {
-        arch: Arch::X86_64,
-        model: "qemu64",
-        features: SSE3,
-        base: &[],
-        note: "x86-64 v1 floor (SSE2, SSE3)",
-    },
-    CpuModel {
-        arch: Arch::X86,
-        model: "qemu32",
-        features: SSE3,
-        base: &[],
-        note: "32-bit default model (qemu-i386 only)",
-    },
-    CpuModel {
-        arch: Arch::X86,
-        model: "pentium2",
-        features: &[],
-        base: &[],
-        note: "Pentium II: MMX, no SSE (below Rust's i686 floor)",
-    },
-    CpuModel {
-        arch: Arch::X86,
-        model: "pentium3",
-        features: &["sse"],
-        base: &[],
-        note: "Pentium III: SSE, no SSE2 (below Rust's i686 floor)",
-    },
-    CpuModel {
-        arch: Arch::X86_64,
-        model: "Conroe",
-        features: SSSE3,
-        base: &[],
-        note: "Core 2 (SSSE3)",
-    },
-    CpuModel {
-        arch: Arch::X86_64,
-        model: "Penryn",
-        features: SSE41,
-        base: &[],
-        note: "Core 2 45nm (SSE4.1)",
-    },
-    CpuModel {
-        arch: Arch::X86_64,
-        model: "Nehalem",
-        features: SSE42,
-        base: &[],
-        note: "SSE4.2",
-    },
-    CpuModel {
-        arch: Arch::X86_64,
-        model: "SandyBridge",
-        features: AVX,
-        base: &[],
-        note: "AVX, no AVX2",
-    },
-    CpuModel {
-        arch: Arch::X86_64,
-        model: "Haswell",
-        features: AVX2,
-        base: &[],
-        note: "AVX2 + FMA",
-    },
-    CpuModel {
-        arch: Arch::X86_64,
-        model: "Skylake-Server",
-        features: AVX2,
-        base: &[],
-        note: "AVX-512 in the model, but TCG filters it out: AVX2 + FMA",
-    },
-    CpuModel {
-        arch: Arch::X86_64,
-        model: "max",
-        features: AVX2,
-        base: &[],
-        note: "everything TCG emulates: AVX2 + FMA, no AVX-512, no AVX-VNNI",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "cortex-a53",
-        features: &["asimd"],
-        base: &[],
-        note: "ARMv8.0, NEON",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "cortex-a57",
-        features: &["asimd"],
-        base: &[],
-        note: "ARMv8.0, NEON",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "cortex-a72",
-        features: &["asimd"],
-        base: &[],
-        note: "ARMv8.0, NEON",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "cortex-a76",
-        features: &["asimd", "asimddp"],
-        base: &[],
-        note: "ARMv8.2, NEON + dotprod",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "neoverse-n1",
-        features: &["asimd", "asimddp"],
-        base: &[],
-        note: "ARMv8.2, NEON + dotprod",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "a64fx",
-        features: &["asimd", "sve"],
-        base: &[],
-        note: "SVE 512-bit, no dotprod",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "max",
-        features: &["asimd", "asimddp", "sve"],
-        base: &[],
-        note: "everything, incl. SVE2",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "max,sve128=on",
-        features: &["asimd", "asimddp", "sve"],
-        base: &[],
-        note: "SVE at 128-bit vectors",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "max,sve256=on",
-        features: &["asimd", "asimddp", "sve"],
-        base: &[],
-        note: "SVE at 256-bit vectors",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "max,sve512=on",
-        features: &["asimd", "asimddp", "sve"],
-        base: &[],
-        note: "SVE at 512-bit vectors",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "max,sve2048=on,sve-default-vector-length=256",
-        features: &["asimd", "asimddp", "sve"],
-        base: &[],
-        note: "SVE at 2048-bit vectors (qemu-user needs the default length set too)",
-    },
-    CpuModel {
-        arch: Arch::Aarch64,
-        model: "max,sve=off",
-        features: &["asimd", "asimddp"],
-        base: &[],
-        note: "max without SVE",
-    },
-    CpuModel {
-        arch: Arch::Arm,
-        model: "cortex-a7",
-        features: &["neon", "vfpv4"],
-        base: ARMV7,
-        note: "ARMv7 + NEON + VFPv4",
-    },
-    CpuModel {
-        arch: Arch::Arm,
-        model: "cortex-a8",
-        features: &["neon"],
-        base: ARMV7,
-        note: "ARMv7 + NEON",
-    },
-    CpuModel {
-        arch: Arch::Arm,
-        model: "cortex-a9",
-        features: &["neon"],
-        base: ARMV7,
-        note: "ARMv7 + NEON",
-    },
-    CpuModel {
-        arch: Arch::Arm,
-        model: "cortex-a15",
-        features: &["neon", "vfpv4"],
-        base: ARMV7,
-        note: "ARMv7 + NEON + VFPv4",
-    },
-    CpuModel {
-        arch: Arch::Arm,
-        model: "cortex-a15,neon=off",
-        features: &["vfpv4"],
-        base: ARMV7,
-        note: "cortex-a15 without NEON",
-    },
-    CpuModel {
-        arch: Arch::Arm,
-        model: "arm1176",
-        features: &[],
-        base: &["v6", "v6k", "vfp"],
-        note: "ARM1176JZF-S (Raspberry Pi 1 and Zero): ARMv6KZ + VFPv2 (D16), no Thumb-2, no NEON",
-    },
-    CpuModel {
-        arch: Arch::Arm,
-        model: "arm11mpcore",
-        features: &[],
-        base: &["v6", "v6k", "vfp"],
-        note: "ARM11 MPCore: ARMv6K + VFPv2",
-    },
-    CpuModel {
-        arch: Arch::Arm,
-        model: "arm926",
-        features: &[],
-        base: &["vfp"],
-        note: "ARM926EJ-S: ARMv5TEJ + VFPv2, below ARMv6",
-    },
-];
-
 pub fn cpu_model(arch: Arch, model: &str) -> Option<&'static CpuModel> {
     // qemu-i386 accepts every x86-64 model name too (it runs them 32-bit).
-    CPU_MODELS
-        .iter()
-        .find(|m| m.arch == arch && m.model == model)
-        .or_else(|| {
-            if arch == Arch::X86 {
-                CPU_MODELS.iter().find(|m| m.arch == Arch::X86_64 && m.model == model)
-            } else {
-                None
-            }
-        })
+    let models = cpu_models();
+    models.iter().find(|m| m.arch == arch && m.model == model).or_else(|| {
+        if arch == Arch::X86 {
+            models.iter().find(|m| m.arch == Arch::X86_64 && m.model == model)
+        } else {
+            None
+        }
+    })
 }
 
-/// Features of a model that TCG cannot emulate and drops anyway, each with a
-/// `qemu: warning: TCG doesn't support requested feature` line on stderr.
-/// Turning them off explicitly changes nothing the guest sees but keeps
-/// stderr clean for tests that check it (tests/cli.rs wants one-line errors).
-const TCG_UNSUPPORTED: &[(&str, &str)] = &[
-    ("SandyBridge", "-x2apic,-tsc-deadline"),
-    ("Haswell", "-pcid,-x2apic,-tsc-deadline,-hle,-invpcid,-rtm"),
-    (
-        "Skylake-Server",
-        "-pcid,-x2apic,-tsc-deadline,-hle,-invpcid,-rtm,-avx512f,-avx512dq,-rdseed,-avx512cd,-avx512bw,-avx512vl,-3dnowprefetch,-xsavec",
-    ),
-];
-
-/// The `-cpu` argument for a model (see `TCG_UNSUPPORTED`). Under
+/// The `-cpu` argument for a model (see `CpuModel::tcg_off`). Under
 /// qemu-i386, the x86-64 models also ask for `syscall` and `lm`, which a
 /// 32-bit guest cannot have.
 pub fn qemu_cpu_arg(arch: Arch, model: &str) -> String {
@@ -513,16 +314,17 @@ pub fn qemu_cpu_arg(arch: Arch, model: &str) -> String {
     let mut off: Vec<&str> = Vec::new();
     // Only the x86-64 models carry syscall and lm; the 32-bit ones
     // (qemu32, pentium2, pentium3) and max need nothing turned off.
-    let x86_64_model = CPU_MODELS.iter().any(|c| c.arch == Arch::X86_64 && c.model == model);
-    if arch == Arch::X86 && x86_64_model && model != "max" {
-        off.push("-syscall,-lm");
+    let x86_64_model = cpu_models().iter().find(|c| c.arch == Arch::X86_64 && c.model == model);
+    if arch == Arch::X86 && x86_64_model.is_some() && model != "max" {
+        off.extend(["syscall", "lm"]);
     }
-    if let Some((_, o)) = TCG_UNSUPPORTED.iter().find(|(m, _)| *m == model) {
-        off.push(o);
+    if let Some(m) = cpu_model(arch, model) {
+        off.extend(m.tcg_off.iter().map(String::as_str));
     }
     if off.is_empty() {
         model.to_string()
     } else {
+        let off: Vec<String> = off.iter().map(|f| format!("-{f}")).collect();
         format!("{model},{}", off.join(","))
     }
 }
@@ -633,6 +435,35 @@ mod tests {
         assert_eq!(qemu_cpu_arg(Arch::X86, "qemu32"), "qemu32");
         assert_eq!(qemu_cpu_arg(Arch::X86, "pentium2"), "pentium2");
         assert_eq!(qemu_cpu_arg(Arch::Aarch64, "max,sve=off"), "max,sve=off");
+        assert_eq!(
+            qemu_cpu_arg(Arch::X86, "Skylake-Server"),
+            "Skylake-Server,-syscall,-lm,-pcid,-x2apic,-tsc-deadline,-hle,-invpcid,-rtm,-avx512f,-avx512dq,-rdseed,-avx512cd,-avx512bw,-avx512vl,-3dnowprefetch,-xsavec"
+        );
+        assert_eq!(
+            qemu_cpu_arg(Arch::X86_64, "SandyBridge"),
+            "SandyBridge,-x2apic,-tsc-deadline"
+        );
+    }
+
+    #[test]
+    fn the_cpu_table_parses_and_names_each_model_once() {
+        let models = parse_cpu_table(CPU_TABLE).unwrap();
+        assert!(models.len() >= 30, "{}", models.len());
+        let haswell = cpu_model(Arch::X86, "Haswell").unwrap();
+        assert_eq!(haswell.arch, Arch::X86_64);
+        assert_eq!(
+            haswell.features,
+            ["sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "fma", "avx2"]
+        );
+        assert!(cpu_model(Arch::X86_64, "qemu32").is_none());
+        assert_eq!(cpu_model(Arch::Arm, "arm1176").unwrap().base, ["v6", "v6k", "vfp"]);
+        let twice = "[[cpu]]\narch = \"arm\"\nmodel = \"a\"\nfeatures = []\nnote = \"\"\n";
+        let e = parse_cpu_table(&twice.repeat(2)).unwrap_err().to_string();
+        assert!(e.contains("arm model `a` listed twice"), "{e}");
+        let e = parse_cpu_table(&twice.replace("note", "notes"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `notes`"), "{e}");
     }
 
     #[test]
@@ -658,7 +489,7 @@ mod tests {
         // Every x86 and AArch64 model has its target's floor (the Pentium
         // II and III are below Rust's i686 baseline, not below what runs
         // before the pre-main check that refuses them).
-        for c in CPU_MODELS.iter().filter(|c| c.arch != Arch::Arm) {
+        for c in cpu_models().iter().filter(|c| c.arch != Arch::Arm) {
             let triple = match c.arch {
                 Arch::Aarch64 => "aarch64-unknown-linux-gnu",
                 Arch::X86 => "i686-unknown-linux-gnu",

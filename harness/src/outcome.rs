@@ -6,6 +6,7 @@
 //! status keeps only its low byte, 29, Wine prints "Unhandled illegal
 //! instruction").
 
+use crate::report::TestRun;
 use serde::{Deserialize, Serialize};
 
 /// One finished process.
@@ -257,6 +258,104 @@ pub fn parse_test_output(stdout: &str, stderr: &str) -> TestCounts {
     c
 }
 
+/// `ml isa` output: (the features the build's guard needs, the features
+/// it sees on this CPU).
+pub fn parse_isa(stdout: &str) -> (Vec<String>, Vec<String>) {
+    let field = |key: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| {
+                v.split_whitespace()
+                    .filter(|f| *f != "(none)")
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    (field("needs features:"), field("host features:"))
+}
+
+/// A test binary on a CPU expected to pass: it must complete with no test
+/// failed and none skipped.
+pub fn test_run_pass(name: &str, o: &RunOutput) -> TestRun {
+    let counts = parse_test_output(&o.stdout, &o.stderr);
+    let (ok, detail) = match check_ran(o) {
+        Err(e) => (false, format!("{e}{}", failed_tests(&o.stdout))),
+        Ok(()) if counts.failed > 0 => (false, format!("{} failed", counts.failed)),
+        Ok(()) if !counts.skipped.is_empty() => (
+            false,
+            format!("a test skipped itself on a CPU expected to pass: {}", counts.skipped[0]),
+        ),
+        Ok(()) => (true, "ran".to_string()),
+    };
+    TestRun {
+        name: name.to_string(),
+        ok,
+        detail,
+        counts,
+        seconds: o.seconds,
+    }
+}
+
+fn failed_tests(stdout: &str) -> String {
+    let v: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("test ").and_then(|r| r.strip_suffix(" ... FAILED")))
+        .take(5)
+        .collect();
+    if v.is_empty() {
+        String::new()
+    } else {
+        format!(" (failed: {})", v.join(", "))
+    }
+}
+
+/// On a CPU the build must refuse: each test binary is rejected by the
+/// guard (exit 7 naming the feature) or completes without reaching a
+/// guarded kernel; SIGILL or any other end fails.
+pub fn test_run_reject(name: &str, o: &RunOutput, expected_missing: &[&str]) -> TestRun {
+    let counts = parse_test_output(&o.stdout, &o.stderr);
+    let (ok, detail) = if o.code == Some(0) && !o.sigill() {
+        (true, "ran to completion (reached no guarded kernel)".to_string())
+    } else if let Some(n) = (o.code == Some(101) && !o.sigill())
+        .then(|| failures_are_guard_refusals(&o.stdout, expected_missing))
+        .flatten()
+    {
+        (true, format!("{n} test(s) failed only because the `ml` they start was refused by the guard (exit 7 naming the missing feature)"))
+    } else if o.code == Some(101) && !o.sigill() {
+        // Say which failed tests show no guard refusal: those are the real
+        // failures (or tests that hide why the `ml` they started failed).
+        let blocks = failed_test_blocks(&o.stdout);
+        let unexplained: Vec<&str> = blocks
+            .iter()
+            .filter(|(_, b)| parse_guard(b).is_none())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        (
+            false,
+            format!(
+                "exit 101 instead of the guard's exit 7: {} of {} failed test(s) show no guard refusal in their output: {}",
+                unexplained.len(),
+                blocks.len(),
+                unexplained.iter().take(4).copied().collect::<Vec<_>>().join(", ")
+            ),
+        )
+    } else {
+        match check_reject(o, expected_missing) {
+            Ok(_) => (true, "rejected".to_string()),
+            Err(e) => (false, format!("{e}{}", failed_tests(&o.stdout))),
+        }
+    };
+    TestRun {
+        name: name.to_string(),
+        ok,
+        detail,
+        counts,
+        seconds: o.seconds,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,5 +475,72 @@ mod tests {
         assert!(c.skipped.is_empty(), "{:?}", c.skipped);
         let c = parse_test_output(stdout, "SKIPPED: avx512_vnni not available on this CPU\n");
         assert_eq!(c.skipped.len(), 1);
+    }
+
+    #[test]
+    fn parses_ml_isa() {
+        let out = "build tier:        avx2\ntarget:            x86_64\nneeds features:    avx avx2 fma\nhost features:     sse2 sse3\nruns on this CPU:  no\n";
+        let (needs, host) = parse_isa(out);
+        assert_eq!(needs, vec!["avx", "avx2", "fma"]);
+        assert_eq!(host, vec!["sse2", "sse3"]);
+        let (needs, _) = parse_isa("needs features:    (none)\n");
+        assert!(needs.is_empty());
+    }
+
+    #[test]
+    fn a_test_binary_that_sigills_on_a_reject_cpu_fails() {
+        let o = RunOutput {
+            signal: Some(4),
+            stderr: "qemu: uncaught target signal 4 (Illegal instruction)".into(),
+            ..Default::default()
+        };
+        let t = test_run_reject("tests/kernels.rs", &o, &["avx2"]);
+        assert!(!t.ok);
+        assert!(t.detail.contains("SIGILL"), "{}", t.detail);
+        let o = RunOutput {
+            code: Some(7),
+            stderr: "error: this build needs avx2; missing: avx avx2 fma; this CPU has: sse2".into(),
+            ..Default::default()
+        };
+        assert!(test_run_reject("tests/kernels.rs", &o, &["avx2"]).ok);
+    }
+
+    #[test]
+    fn a_reject_cpu_excuses_only_guard_refusals_of_a_spawned_ml() {
+        let stdout = "test a ... FAILED\n\nfailures:\n\n---- a stdout ----\nml gen failed: error: this build needs avx2; missing: avx fma avx2; this CPU has: sse2\n\nfailures:\n    a\n\ntest result: FAILED. 0 passed; 1 failed;\n";
+        let o = RunOutput {
+            code: Some(101),
+            stdout: stdout.into(),
+            ..Default::default()
+        };
+        let t = test_run_reject("tests/cli.rs", &o, &["avx2"]);
+        assert!(t.ok, "{}", t.detail);
+        let o = RunOutput {
+            code: Some(101),
+            stdout: stdout.replace("ml gen failed: error: this build needs", "boom"),
+            ..Default::default()
+        };
+        assert!(!test_run_reject("tests/cli.rs", &o, &["avx2"]).ok);
+    }
+
+    #[test]
+    fn a_test_binary_that_skips_on_a_pass_cpu_fails() {
+        let o = RunOutput {
+            code: Some(0),
+            stdout: "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n".into(),
+            stderr: "skipping: avx2 not detected\n".into(),
+            ..Default::default()
+        };
+        let t = test_run_pass("tests/kernels.rs", &o);
+        assert!(!t.ok);
+        assert!(t.detail.contains("skipped itself"), "{}", t.detail);
+        let o = RunOutput {
+            code: Some(101),
+            stdout: "test a ... FAILED\ntest result: FAILED. 1 passed; 1 failed; 0 ignored\n".into(),
+            ..Default::default()
+        };
+        let t = test_run_pass("tests/kernels.rs", &o);
+        assert!(!t.ok);
+        assert!(t.detail.contains("failed: a"), "{}", t.detail);
     }
 }

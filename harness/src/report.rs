@@ -90,30 +90,55 @@ pub enum RowStatus {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Step {
-    /// `ok`, `failed`, `skipped`.
-    pub status: String,
+    pub status: StepStatus,
     pub detail: String,
     pub seconds: f64,
+}
+
+/// How a step of a row ended; the JSON report spells it `ok`, `failed`,
+/// `skipped`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepStatus {
+    Ok,
+    Failed,
+    Skipped,
+}
+
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Ok => "ok",
+            StepStatus::Failed => "failed",
+            StepStatus::Skipped => "skipped",
+        }
+    }
+}
+
+impl std::fmt::Display for StepStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Step {
     pub fn ok(detail: impl Into<String>, seconds: f64) -> Step {
         Step {
-            status: "ok".into(),
+            status: StepStatus::Ok,
             detail: detail.into(),
             seconds,
         }
     }
     pub fn failed(detail: impl Into<String>, seconds: f64) -> Step {
         Step {
-            status: "failed".into(),
+            status: StepStatus::Failed,
             detail: detail.into(),
             seconds,
         }
     }
     pub fn skipped(detail: impl Into<String>) -> Step {
         Step {
-            status: "skipped".into(),
+            status: StepStatus::Skipped,
             detail: detail.into(),
             seconds: 0.0,
         }
@@ -148,12 +173,13 @@ pub struct RowReport {
 impl RowReport {
     /// The grid's build + audit column: `ok`, `FAIL (…)` or why not built.
     pub fn build_audit(&self, n: usize) -> String {
-        match (self.build.status.as_str(), self.audit_step.status.as_str()) {
-            ("failed", _) => format!("FAIL (build: {})", short(&self.build.detail, n)),
-            ("skipped", _) if self.status == RowStatus::Unavailable => "unavailable".into(),
-            ("skipped", _) => "not built (tier not implemented)".into(),
-            (_, "failed") => format!("FAIL (audit: {})", short(&self.audit_step.detail, n)),
-            ("ok", "ok") => "ok".into(),
+        use StepStatus::{Failed, Ok, Skipped};
+        match (self.build.status, self.audit_step.status) {
+            (Failed, _) => format!("FAIL (build: {})", short(&self.build.detail, n)),
+            (Skipped, _) if self.status == RowStatus::Unavailable => "unavailable".into(),
+            (Skipped, _) => "not built (tier not implemented)".into(),
+            (_, Failed) => format!("FAIL (audit: {})", short(&self.audit_step.detail, n)),
+            (Ok, Ok) => "ok".into(),
             (b, a) => format!("build {b}, audit {a}"),
         }
     }
@@ -635,7 +661,7 @@ th,td{{border:1px solid #bbb;padding:4px 8px;font-size:13px;vertical-align:top}}
             } else {
                 format!("<br><small>{}</small>", html_escape(&row.note))
             },
-            html_escape(&row.build.status),
+            html_escape(row.build.status.as_str()),
             html_escape(&short(&row.build.detail, 200)),
             html_escape(&row.cfg_target_features.join(" ")),
             html_escape(&if row.guard_needs.is_empty() {
@@ -708,6 +734,20 @@ pub fn read(path: &Path) -> Result<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_status_keeps_the_reports_strings() {
+        let steps = [Step::ok("a", 1.5), Step::failed("b", 0.0), Step::skipped("c")];
+        let json = serde_json::to_string(&steps).unwrap();
+        assert_eq!(
+            json,
+            r#"[{"status":"ok","detail":"a","seconds":1.5},{"status":"failed","detail":"b","seconds":0.0},{"status":"skipped","detail":"c","seconds":0.0}]"#
+        );
+        let back: Vec<Step> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back[1].status, StepStatus::Failed);
+        assert_eq!(format!("{} {}", back[0].status, back[2].status), "ok skipped");
+        assert!(serde_json::from_str::<Step>(r#"{"status":"done","detail":"","seconds":0.0}"#).is_err());
+    }
 
     fn cell(label: &str, result: CellResult, reason: &str) -> CellReport {
         CellReport {

@@ -128,7 +128,7 @@ pub fn run(builder: BuilderKind, probe_cpus: bool) -> Result<()> {
     }
     if probe_cpus {
         println!();
-        println!("qemu CPU table check (ml isa of each built scalar row under every model of its arch):");
+        println!("qemu CPU table check (qemu/cpus.toml against ml isa of each built scalar row under every model of its arch):");
         for row in m.rows.iter().filter(|r| r.tier == "scalar" && !r.is_windows()) {
             let ml = builder::target_dir(&root, &row.name)
                 .join(&row.target)
@@ -144,7 +144,7 @@ pub fn run(builder: BuilderKind, probe_cpus: bool) -> Result<()> {
                 continue;
             };
             let arch = row.arch();
-            for model in isa::CPU_MODELS
+            for model in isa::cpu_models()
                 .iter()
                 .filter(|c| c.arch == arch || (arch == isa::Arch::X86 && c.arch == isa::Arch::X86_64))
             {
@@ -168,8 +168,8 @@ pub fn run(builder: BuilderKind, probe_cpus: bool) -> Result<()> {
                 };
                 let r = Runner::Qemu {
                     bin: spec.qemu.clone(),
-                    cpu: model.model.into(),
-                    cpu_arg: isa::qemu_cpu_arg(arch, model.model),
+                    cpu: model.model.clone(),
+                    cpu_arg: isa::qemu_cpu_arg(arch, &model.model),
                     sysroot,
                 };
                 let seen = match r.run(&sh, &ml, &["isa".to_string()], &[], 60) {
@@ -188,8 +188,8 @@ pub fn run(builder: BuilderKind, probe_cpus: bool) -> Result<()> {
                     },
                     Err(_) => vec![],
                 };
-                let want: Vec<String> = model.features.iter().map(|s| s.to_string()).collect();
-                let verdict = if seen == want {
+                let want = &model.features;
+                let verdict = if seen == *want {
                     format!("matches ({})", model.note)
                 } else {
                     format!("DIFFERS: table {:?}", want)
