@@ -154,9 +154,14 @@ pub struct TokenCost {
     /// The functions with the most instructions per token (their difference
     /// between the runs, divided as the total is).
     pub top: Vec<(String, f64)>,
-    /// Whether a second short run gave the same total (checked once per row).
+    /// Whether a second short run gave the same total (checked on the
+    /// first model of each cell; a cell whose count does not repeat fails).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeated_exactly: Option<bool>,
+    /// Wall time of this model's counted runs (the repeat included): what
+    /// counting adds to the matrix.
+    #[serde(default)]
+    pub seconds: f64,
 }
 
 /// Per decoded token from a short and a long run's counts.
@@ -180,6 +185,7 @@ pub fn token_cost(model: &str, short: &Counts, long: &Counts) -> TokenCost {
         long_total: long.total,
         top,
         repeated_exactly: None,
+        seconds: 0.0,
     }
 }
 
@@ -335,6 +341,16 @@ fn short_model(name: &str) -> String {
     name.strip_prefix("logits_").unwrap_or(name).to_ascii_uppercase()
 }
 
+/// The cells' time spent in counted runs, summed (cells of a row run in
+/// parallel, so the matrix's wall time grows by less).
+pub fn counting_seconds(rows: &[RowReport]) -> f64 {
+    rows.iter()
+        .flat_map(|r| &r.cells)
+        .flat_map(|c| &c.icount)
+        .map(|t| t.seconds)
+        .sum()
+}
+
 /// The report's section: per target a table tier × CPU of instructions per
 /// decoded token with the scalar build's multiple on the same CPU, then
 /// each cell's five costliest functions.
@@ -352,8 +368,10 @@ pub fn markdown(rows: &[RowReport]) -> String {
         "Guest instructions per decoded token, counted by `qemu/plugins/icount.c` on one thread: \
          (`ml run -n {LONG_RUN}` − `-n {SHORT_RUN}`) / {} on the random-weight golden models; \
          in brackets the scalar build's count on the same CPU divided by this one. Exact and \
-         repeatable, but not a speed: see README, \"Cost under emulation\".\n",
-        LONG_RUN - SHORT_RUN
+         repeatable (every cell's first model is run twice and must count the same), but not a \
+         speed: see README, \"Cost under emulation\". Counting took {:.0} s of the cells' time.\n",
+        LONG_RUN - SHORT_RUN,
+        counting_seconds(rows)
     );
     for (target, cpus, trows) in &t {
         let _ = writeln!(s, "### {target}\n");
@@ -498,6 +516,7 @@ mod tests {
                 long_total: 0,
                 top: vec![],
                 repeated_exactly: None,
+                seconds: 0.0,
             }];
             r.cells.push(c);
         }

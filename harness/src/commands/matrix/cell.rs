@@ -162,14 +162,7 @@ fn run(sh: &Shell, ctx: &Ctx, plan: &RowPlan, cell: &CellPlan, built: &Built) ->
         && ctx.kind != BuilderKind::Cross
     {
         match run.count_instructions() {
-            Ok(costs) => {
-                // Whether a repeated run counted the same is reported, not
-                // enforced: on some qemu x86 models two identical runs still
-                // differ by a few instructions (seen after --no-stats and
-                // setarch -R; cause not yet found), and the per-token figure
-                // moves by far less than any tier's margin.
-                report.icount = costs;
-            }
+            Ok(costs) => report.icount = costs,
             Err(e) => failures.push(format!("instruction count: {e:#}")),
         }
     }
@@ -354,6 +347,7 @@ impl CellRun<'_> {
         let mut costs = Vec::new();
         for (i, g) in ctx.golds.iter().filter(|g| g.logits.model.is_none()).enumerate() {
             let out = |n: u32, k: &str| dir.join(format!("{safe_label}-{}-{n}{k}.txt", g.name));
+            let seconds = std::cell::Cell::new(0.0);
             let count = |n: u32, k: &str| {
                 icount::run_counted(
                     runner,
@@ -363,14 +357,28 @@ impl CellRun<'_> {
                     &out(n, k),
                     ctx.timeout(),
                 )
-                .map(|(c, _)| c)
+                .map(|(c, run)| {
+                    seconds.set(seconds.get() + run.seconds);
+                    c
+                })
             };
             let short = count(icount::SHORT_RUN, "")?;
             let long = count(icount::LONG_RUN, "")?;
             let mut cost = icount::token_cost(&g.name, &short, &long);
             if i == 0 {
-                cost.repeated_exactly = Some(count(icount::SHORT_RUN, "-again")?.total == short.total);
+                // The count must be exact: a second identical run executes
+                // the same instructions, or the figure means nothing.
+                let again = count(icount::SHORT_RUN, "-again")?.total;
+                if again != short.total {
+                    anyhow::bail!(
+                        "not exact: two identical runs of {} counted {} and {again} instructions",
+                        g.name,
+                        short.total
+                    );
+                }
+                cost.repeated_exactly = Some(true);
             }
+            cost.seconds = seconds.get();
             costs.push(cost);
         }
         Ok(costs)

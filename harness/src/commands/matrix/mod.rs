@@ -206,9 +206,10 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
     report::write_all(&out, &matrix_report)?;
     println!("{}", report::grid_markdown(&matrix_report));
     println!(
-        "{} in {:.0}s — report: {}/report.md, report.json, report.html",
+        "{} in {:.0}s (instruction counting: {:.0}s of cell time) — report: {}/report.md, report.json, report.html",
         if ok { "matrix PASSED" } else { "matrix FAILED" },
         matrix_report.elapsed_secs,
+        crate::icount::counting_seconds(&matrix_report.rows),
         out.display()
     );
     if let Some(e) = &ctx.gold_error {
