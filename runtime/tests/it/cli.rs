@@ -507,6 +507,40 @@ fn bench_json_holds_decode_against_the_bandwidth_read_during_it() {
     assert!((num("peak_roofline_fraction") - peak_fraction).abs() < 1e-3, "{m}");
 }
 
+/// The model path is a JSON string, whatever it holds: a quote, a
+/// backslash, non-ASCII, a zero-width space (which Rust's Debug escaping
+/// wrote as `\u{200b}`, not JSON).
+/// Unix only: Windows file names cannot hold a quote.
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn bench_json_quotes_any_model_path() {
+    let dir = TempDir::new("benchpath");
+    let model = gen(&dir, "m \"q\"\\ü\u{200b}.mlb", &[]);
+    let o = ml(&[
+        "bench",
+        "--no-kernels",
+        "--json",
+        "--model",
+        &model,
+        "--prompt",
+        "1",
+        "-n",
+        "1",
+        "--probe-mib",
+        "1",
+        "--seconds",
+        "0.001",
+        "--threads",
+        "1",
+    ]);
+    assert!(o.status.success(), "ml bench failed: {}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(stdout(&o).trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(&o)));
+    assert_eq!(v["model"]["path"], model.as_str());
+    assert_eq!(v["model"]["decode_tokens"], 1);
+}
+
 /// `--no-stats` (the matrix's instruction counts) drops only the timing
 /// line: the same tokens, nothing on stderr.
 #[test]
