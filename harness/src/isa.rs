@@ -493,7 +493,7 @@ pub fn cpu_model(arch: Arch, model: &str) -> Option<&'static CpuModel> {
 /// Features of a model that TCG cannot emulate and drops anyway, each with a
 /// `qemu: warning: TCG doesn't support requested feature` line on stderr.
 /// Turning them off explicitly changes nothing the guest sees but keeps
-/// stderr clean for tests that check it (tests/cli.rs wants one-line errors).
+/// stderr clean for tests that check it (tests/it/cli.rs wants one-line errors).
 const TCG_UNSUPPORTED: &[(&str, &str)] = &[
     ("SandyBridge", "-x2apic,-tsc-deadline"),
     ("Haswell", "-pcid,-x2apic,-tsc-deadline,-hle,-invpcid,-rtm"),
