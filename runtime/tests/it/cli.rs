@@ -2,9 +2,14 @@
 //! of every error kind. Under emulation `ml` is started through the runner
 //! (`support::runner`: `ML_TEST_RUNNER`, else cargo's).
 
-use crate::support::{emulated, ml_command, ml_words};
+use crate::support::ml_command;
+#[cfg(unix)]
+use crate::support::{emulated, ml_words};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+// The tests that start commands of their own (sh, mkfifo, kill) are Unix only.
+#[cfg(unix)]
+use std::process::Command;
 
 fn ml(args: &[&str]) -> Output {
     ml_env(&[], args)

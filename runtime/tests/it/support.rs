@@ -40,7 +40,9 @@ fn runner_from(var: impl Fn(&str) -> Option<String>) -> Vec<String> {
     var(&cargo_runner_var()).map(words).unwrap_or_default()
 }
 
-/// Whether `ml` runs under an emulator.
+/// Whether `ml` runs under an emulator. (This and `ml_words` serve the
+/// tests that wrap `ml` in `sh`, which are Unix only.)
+#[cfg(unix)]
 pub fn emulated() -> bool {
     !runner().is_empty()
 }
@@ -70,6 +72,7 @@ pub fn ml_command(args: &[&str]) -> Command {
 
 /// `runner()` then `ml`: the words to put after a wrapper command such as
 /// `sh -c '…; exec "$@"'` or `timeout`.
+#[cfg(unix)]
 pub fn ml_words() -> Vec<String> {
     let mut w = runner();
     w.push(ml_exe().to_string());
