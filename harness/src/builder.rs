@@ -59,7 +59,7 @@ impl BuilderKind {
 /// One runtime test binary.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TestExe {
-    /// e.g. `tests/golden.rs`, `lib`, `bin ml`.
+    /// e.g. `tests/it/main.rs`, `lib`, `bin ml`.
     pub name: String,
     pub path: PathBuf,
 }

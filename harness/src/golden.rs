@@ -1,4 +1,4 @@
-//! The golden logits (insta snapshots written by runtime/tests/golden.rs)
+//! The golden logits (insta snapshots written by runtime/tests/it/golden.rs)
 //! and the end-to-end comparison of spec §7: per step,
 //! max |Δ| / max |golden| ≤ tolerance, and identical greedy tokens.
 

@@ -1,4 +1,4 @@
-"""The runtime's byte-level BPE (runtime/src/model/bpe.rs) against HF
+"""The runtime's byte-level BPE (runtime/src/model/bpe/) against HF
 `tokenizers`, and `ml chat` on SmolLM2-135M-Instruct (network:
 ML_NETWORK_TESTS=1; tools/fetch_models makes models/).
 

@@ -1,9 +1,10 @@
 //! Regressions found by the cargo-fuzz targets (fuzz/README.md), each pinned
 //! with the error kind and message it must give. The resource bugs (a small
 //! input making the library allocate by what a header claims) are also pinned
-//! by the largest single allocation the operation may make, measured with a
-//! tracking global allocator armed on the test's own thread.
+//! by the largest single allocation the operation may make, measured with the
+//! tracking global allocator (`alloc_probe`) armed on the test's own thread.
 
+use crate::alloc_probe::largest_allocation;
 use legacy_ml::core::tensor::WType;
 use legacy_ml::model::format::{implied_file_bytes, Header, Layout};
 use legacy_ml::model::gen::GenConfig;
@@ -12,54 +13,6 @@ use legacy_ml::model::tokenizer::Tokenizer;
 use legacy_ml::model::transformer::Transformer;
 use legacy_ml::model::Model;
 use legacy_ml::ErrorKind;
-use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
-use std::cell::Cell;
-
-struct Tracking;
-
-thread_local! {
-    // Per thread: tests run in parallel, and only the thread under test counts.
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    if ARMED.try_with(|a| a.get()).unwrap_or(false) {
-        let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
-    }
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; `note` only
-// touches const-initialised thread-locals, which never allocate.
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
-        note(layout.size());
-        System.alloc(layout)
-    }
-    unsafe fn alloc_zeroed(&self, layout: AllocLayout) -> *mut u8 {
-        note(layout.size());
-        System.alloc_zeroed(layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: AllocLayout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        System.realloc(ptr, layout, new_size)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
-        System.dealloc(ptr, layout)
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Tracking = Tracking;
-
-/// The largest single allocation `f` makes on this thread, and its result.
-fn largest_allocation<T>(f: impl FnOnce() -> T) -> (usize, T) {
-    LARGEST.with(|l| l.set(0));
-    ARMED.with(|a| a.set(true));
-    let out = f();
-    ARMED.with(|a| a.set(false));
-    (LARGEST.with(|l| l.get()), out)
-}
 
 /// The fuzz seeds' smallest model: dim 32, one layer, 2 heads, 1 KV head.
 fn tiny(wtype: WType) -> GenConfig {

@@ -1,10 +1,15 @@
 //! The `ml` binary end to end: determinism, output shape, and the exit code
-//! of every error kind. Under emulation the harness sets `ML_TEST_RUNNER`
-//! (e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu cortex-a53") so the
-//! target binary is started through it.
+//! of every error kind. Under emulation `ml` is started through the runner
+//! (`support::runner`: `ML_TEST_RUNNER`, else cargo's).
 
+use crate::support::ml_command;
+#[cfg(unix)]
+use crate::support::{emulated, ml_words};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+// The tests that start commands of their own (sh, mkfifo, kill) are Unix only.
+#[cfg(unix)]
+use std::process::Command;
 
 fn ml(args: &[&str]) -> Output {
     ml_env(&[], args)
@@ -13,26 +18,6 @@ fn ml(args: &[&str]) -> Output {
 /// `ml` with `env` added to its environment.
 fn ml_env(env: &[(&str, &str)], args: &[&str]) -> Output {
     ml_command(args).envs(env.iter().copied()).output().expect("start ml")
-}
-
-/// The `ml` command with `args`, not started yet.
-fn ml_command(args: &[&str]) -> Command {
-    // This binary runs no kernel itself, but on a CPU the build does not
-    // support it must refuse like every other test binary (exit 7), not
-    // fail because the `ml` it spawns refused.
-    legacy_ml::core::isa::guard();
-    let exe = env!("CARGO_BIN_EXE_ml");
-    let mut cmd = match std::env::var("ML_TEST_RUNNER") {
-        Ok(runner) if !runner.trim().is_empty() => {
-            let mut parts = runner.split_whitespace();
-            let mut c = Command::new(parts.next().unwrap());
-            c.args(parts).arg(exe);
-            c
-        }
-        _ => Command::new(exe),
-    };
-    cmd.args(args);
-    cmd
 }
 
 fn stdout(o: &Output) -> String {
@@ -229,10 +214,7 @@ fn ml_under_sh(setup: &str, args: &[&str]) -> Output {
     legacy_ml::core::isa::guard();
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(format!("{setup}; exec \"$@\"")).arg("sh");
-    if let Ok(runner) = std::env::var("ML_TEST_RUNNER") {
-        cmd.args(runner.split_whitespace());
-    }
-    cmd.arg(env!("CARGO_BIN_EXE_ml")).args(args).output().expect("start sh")
+    cmd.args(ml_words()).args(args).output().expect("start sh")
 }
 
 #[test]
@@ -530,6 +512,40 @@ fn bench_json_holds_decode_against_the_bandwidth_read_during_it() {
     assert!((num("peak_roofline_fraction") - peak_fraction).abs() < 1e-3, "{m}");
 }
 
+/// The model path is a JSON string, whatever it holds: a quote, a
+/// backslash, non-ASCII, a zero-width space (which Rust's Debug escaping
+/// wrote as `\u{200b}`, not JSON).
+/// Unix only: Windows file names cannot hold a quote.
+#[cfg(unix)]
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn bench_json_quotes_any_model_path() {
+    let dir = TempDir::new("benchpath");
+    let model = gen(&dir, "m \"q\"\\ü\u{200b}.mlb", &[]);
+    let o = ml(&[
+        "bench",
+        "--no-kernels",
+        "--json",
+        "--model",
+        &model,
+        "--prompt",
+        "1",
+        "-n",
+        "1",
+        "--probe-mib",
+        "1",
+        "--seconds",
+        "0.001",
+        "--threads",
+        "1",
+    ]);
+    assert!(o.status.success(), "ml bench failed: {}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(stdout(&o).trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(&o)));
+    assert_eq!(v["model"]["path"], model.as_str());
+    assert_eq!(v["model"]["decode_tokens"], 1);
+}
+
 /// `--no-stats` (the matrix's instruction counts) drops only the timing
 /// line: the same tokens, nothing on stderr.
 #[test]
@@ -655,17 +671,13 @@ fn ctrl_c_during_gen_leaves_no_temporary_file() {
 /// test instead of hanging it or eating the machine's memory.
 #[cfg(unix)]
 fn ml_bounded(args: &[&str]) -> Output {
-    let emulated = std::env::var("ML_TEST_RUNNER").is_ok_and(|r| !r.trim().is_empty());
     // qemu-user reserves a large address space of its own.
-    let limit = if emulated { "true" } else { "ulimit -v 4194304" };
-    let runner = std::env::var("ML_TEST_RUNNER").unwrap_or_default();
-    let mut a = vec!["timeout", "20"];
-    a.extend(runner.split_whitespace());
+    let limit = if emulated() { "true" } else { "ulimit -v 4194304" };
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(format!("{limit}; exec \"$@\"")).arg("sh");
     legacy_ml::core::isa::guard();
-    cmd.args(a)
-        .arg(env!("CARGO_BIN_EXE_ml"))
+    cmd.args(["timeout", "20"])
+        .args(ml_words())
         .args(args)
         .output()
         .expect("start sh")

@@ -9,11 +9,12 @@
 //! unless `ML_REAL_MODELS=1`, which makes a missing file a failure
 //! (`tools/fetch_models` makes it).
 
+use crate::support::ml_command;
 use legacy_ml::model::bpe::{byte_to_char, char_to_byte, is_letter, is_number, Bpe, PreTokenizer, NONE};
 use legacy_ml::model::tokenizer::{Tokenizer, TokenizerKind};
 use legacy_ml::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::OnceLock;
 
 // ---------------------------------------------------------------------------
@@ -878,20 +879,7 @@ fn chat_templates_that_are_not_chatml_are_refused() {
 // The `ml` binary: tokenize and chat on a synthetic .tok and a random model.
 
 fn ml(args: &[&str], stdin: &str) -> Output {
-    // Refuse like every test binary on a CPU the build does not support.
-    legacy_ml::core::isa::guard();
-    let exe = env!("CARGO_BIN_EXE_ml");
-    let mut cmd = match std::env::var("ML_TEST_RUNNER") {
-        Ok(runner) if !runner.trim().is_empty() => {
-            let mut parts = runner.split_whitespace();
-            let mut c = Command::new(parts.next().unwrap());
-            c.args(parts).arg(exe);
-            c
-        }
-        _ => Command::new(exe),
-    };
-    let mut child = cmd
-        .args(args)
+    let mut child = ml_command(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

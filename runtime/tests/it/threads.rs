@@ -2,10 +2,8 @@
 //! and a decode step still allocates nothing. Without it, every request
 //! runs on one thread.
 //!
-//! The file is compiled either way (per-item cfg, not a crate-level one): an
-//! empty test binary would not link the library, and with it the pre-main
-//! CPU check of i686 builds, and would die of SIGILL on a Pentium III
-//! instead of being refused.
+//! Per-item cfg, not a module-level one: without the feature a test still
+//! checks the single-threaded fallback.
 
 #[cfg(feature = "threads")]
 use legacy_ml::core::tensor::WType;

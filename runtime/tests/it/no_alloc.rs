@@ -1,59 +1,13 @@
 //! A decode step allocates nothing: every buffer was carved from the arena
-//! at load. Proven with a counting global allocator armed around many steps.
+//! at load. Proven with the counting global allocator (`alloc_probe`) armed
+//! around many steps.
 
+use crate::alloc_probe::allocations_during;
 use legacy_ml::core::tensor::WType;
 use legacy_ml::model::gen::GenConfig;
 use legacy_ml::model::sampler::Sampler;
 use legacy_ml::model::transformer::Transformer;
 use legacy_ml::model::Model;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
-struct Counting;
-
-thread_local! {
-    // Armed flag and count are per thread: tests run in parallel, and only
-    // the thread under test may be counted.
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note() {
-    if ARMED.try_with(|a| a.get()).unwrap_or(false) {
-        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-    }
-}
-
-// SAFETY: forwards every call unchanged to the system allocator.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        System.alloc(layout)
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        System.alloc_zeroed(layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        System.realloc(ptr, layout, new_size)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Allocations made by `f` on this thread.
-fn allocations_during(f: impl FnOnce()) -> usize {
-    let before = ALLOCATIONS.with(|n| n.get());
-    ARMED.with(|a| a.set(true));
-    f();
-    ARMED.with(|a| a.set(false));
-    ALLOCATIONS.with(|n| n.get()) - before
-}
 
 #[test]
 fn the_counter_sees_an_allocation() {
