@@ -1,6 +1,12 @@
 //! The static guard proof: disassemble a built `ml` and show that every
 //! instruction needing more than the baseline lies where the guard covers it.
 //!
+//! x86 and x86-64 binaries (ELF and PE) are read and decoded in-process
+//! (`object`, iced-x86: `insn::x86`), each instruction's CPUID features
+//! taken from the decoder; ARM and AArch64 ones through the target's
+//! `objdump -d` text (`insn::{arm,aarch64}`). Functions are the symbols of
+//! the code sections, named as `objdump -d -C` names them.
+//!
 //! Three rules, each failing with the offending symbol:
 //! 1. **guard path** — `main`, `ml::main`, `legacy_ml::core::isa::*`,
 //!    `std::rt::lang_start*` and the C start-up code (glibc's on ELF,
@@ -15,12 +21,17 @@
 //!    scalar) and C-ABI `ml_k_*` symbols use only what the guard of this
 //!    build checks (`ml isa`'s "needs features"), plus what that implies.
 //!
+//! On x86 a feature the audit does not know by name, and bytes that decode
+//! to no instruction, are findings like any other.
+//!
 //! Documented exceptions (each reported when used): `xgetbv` in the guard
 //! and in std's feature detection (run only after CPUID reports OSXSAVE),
 //! AArch64's outline-atomics helpers (they pick LSE or LL/SC at run time),
-//! and, in statically linked binaries, glibc's ifunc variants
-//! (`__memcmp_sse4_2`, …) and its CPU probing, which glibc selects and runs
-//! only after its own CPUID check.
+//! in statically linked binaries glibc's ifunc variants (`__memcmp_sse4_2`,
+//! …), its CPU probing and its lock elision (RTM), which glibc selects and
+//! runs only after its own CPUID check, and undecodable bytes under a
+//! symbol the symbol table types as data (mingw-w64 keeps its constructor
+//! lists and some libm constants in `.text`).
 
 use crate::insn;
 use crate::isa::Arch;

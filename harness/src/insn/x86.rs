@@ -12,7 +12,7 @@
 use crate::audit::{Function, Insn};
 use anyhow::{bail, Context, Result};
 use iced_x86::{Code, CpuidFeature, Decoder, DecoderOptions, Formatter, Instruction, IntelFormatter};
-use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
+use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SectionKind, SymbolKind};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -191,6 +191,40 @@ fn is_data(s: &object::Symbol<'_, '_>, raw: &str) -> bool {
     }
 }
 
+/// The PLT stubs of a `.plt*` section, named `symbol@plt` as objdump's
+/// synthetic symbols name them: each stub's `jmp [GOT slot]` gives the
+/// slot, the dynamic relocation of the slot the symbol. A stub starts at
+/// the 16-byte boundary (8 in `.plt.got`) before its jump.
+fn plt_entries(
+    code: &[u8],
+    start: u64,
+    align: u64,
+    long_mode: bool,
+    got: &BTreeMap<u64, String>,
+) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    let mut d = Decoder::with_ip(if long_mode { 64 } else { 32 }, code, start, DecoderOptions::NONE);
+    for i in d.iter() {
+        if i.mnemonic() != iced_x86::Mnemonic::Jmp || i.op0_kind() != iced_x86::OpKind::Memory {
+            continue;
+        }
+        let slot = if i.is_ip_rel_memory_operand() {
+            i.ip_rel_memory_address()
+        } else if i.memory_base() == iced_x86::Register::None && i.memory_index() == iced_x86::Register::None {
+            i.memory_displacement64()
+        } else {
+            continue;
+        };
+        if let Some(name) = got.get(&slot) {
+            let entry = start + (i.ip() - start) / align * align;
+            if !out.iter().any(|(a, _)| *a == entry) {
+                out.push((entry, format!("{name}@plt")));
+            }
+        }
+    }
+    out
+}
+
 /// Decodes the code sections of an x86 ELF or PE file into functions.
 pub fn disassemble(path: &Path, long_mode: bool) -> Result<Vec<Function>> {
     let data = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
@@ -216,6 +250,20 @@ pub fn disassemble(path: &Path, long_mode: bool) -> Result<Vec<Function>> {
         }
     }
     let elf = file.format() == object::BinaryFormat::Elf;
+    // GOT slot → the imported symbol it holds, for the PLT stubs' names.
+    let mut got_slots = BTreeMap::new();
+    if let (Some(relocs), Some(dynsyms)) = (file.dynamic_relocations(), file.dynamic_symbol_table()) {
+        for (slot, r) in relocs {
+            let object::RelocationTarget::Symbol(i) = r.target() else {
+                continue;
+            };
+            if let Ok(name) = dynsyms.symbol_by_index(i).and_then(|s| s.name()) {
+                if !name.is_empty() {
+                    got_slots.insert(slot, name.to_string());
+                }
+            }
+        }
+    }
     let mut formatter = IntelFormatter::new();
     let o = formatter.options_mut();
     o.set_hex_prefix("0x");
@@ -248,12 +296,29 @@ pub fn disassemble(path: &Path, long_mode: bool) -> Result<Vec<Function>> {
                 *e = r;
             }
         }
-        // Code before the first symbol: objdump names it by the section.
         let section_name = section.name().unwrap_or("").to_string();
-        names.entry(start).or_insert((
-            (true, true, true, std::cmp::Reverse(0), true, section_name.clone()),
-            false,
-        ));
+        if section_name.starts_with(".plt") {
+            for (at, name) in plt_entries(
+                code,
+                start,
+                if section_name == ".plt.got" { 8 } else { 16 },
+                long_mode,
+                &got_slots,
+            ) {
+                names
+                    .entry(at)
+                    .or_insert(((false, false, false, std::cmp::Reverse(0), false, name), false));
+            }
+        }
+        // Code before the first symbol: objdump names it after the next
+        // symbol (`foo@plt-0x10`, PLT0), or by the section when none follows.
+        if !names.contains_key(&start) {
+            let name = match names.iter().next() {
+                Some((at, next)) if section_name.starts_with(".plt") => format!("{}-{:#x}", next.0 .5, at - start),
+                _ => section_name.clone(),
+            };
+            names.insert(start, ((true, true, true, std::cmp::Reverse(0), true, name), false));
+        }
         let mut cuts: Vec<u64> = names.keys().copied().collect();
         cuts.extend(pdata_starts.iter().copied().filter(|a| (start..end).contains(a)));
         cuts.sort_unstable();
