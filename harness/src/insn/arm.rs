@@ -1,5 +1,5 @@
 //! 32-bit ARM: the extension an instruction needs beyond ARMv6 (ARM state)
-//! + VFPv2, from objdump's text and encoding. (yaxpeax-arm 0.5 does not
+//! and VFPv2, from objdump's text and encoding. (yaxpeax-arm 0.5 does not
 //! decode ARMv7 NEON, so objdump stays the source here.)
 
 use super::{has_reg, is_num, Ext};

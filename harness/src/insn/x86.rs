@@ -161,7 +161,7 @@ fn rank(s: &object::Symbol<'_, '_>, elf: bool, raw: &str) -> Rank {
     (
         !is_function(s),
         s.is_local(),
-        !(s.is_global() && !s.is_weak()),
+        !s.is_global() || s.is_weak(),
         std::cmp::Reverse(if elf { s.size() } else { 0 }),
         raw.starts_with('.'),
         raw.to_string(),
