@@ -270,6 +270,7 @@ pub fn disassemble(path: &Path, long_mode: bool) -> Result<Vec<Function>> {
     o.set_hex_suffix("");
     o.set_uppercase_hex(false);
     o.set_branch_leading_zeros(false);
+    o.set_memory_size_options(iced_x86::MemorySizeOptions::Always);
     let mut out = Vec::new();
     for section in file.sections() {
         if section.kind() != SectionKind::Text {
