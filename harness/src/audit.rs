@@ -1,6 +1,12 @@
 //! The static guard proof: disassemble a built `ml` and show that every
 //! instruction needing more than the baseline lies where the guard covers it.
 //!
+//! x86 and x86-64 binaries (ELF and PE) are read and decoded in-process
+//! (`object`, iced-x86: `insn::x86`), each instruction's CPUID features
+//! taken from the decoder; ARM and AArch64 ones through the target's
+//! `objdump -d` text (`insn::{arm,aarch64}`). Functions are the symbols of
+//! the code sections, named as `objdump -d -C` names them.
+//!
 //! Three rules, each failing with the offending symbol:
 //! 1. **guard path** — `main`, `ml::main`, `legacy_ml::core::isa::*`,
 //!    `std::rt::lang_start*` and the C start-up code (glibc's on ELF,
@@ -15,14 +21,19 @@
 //!    scalar) and C-ABI `ml_k_*` symbols use only what the guard of this
 //!    build checks (`ml isa`'s "needs features"), plus what that implies.
 //!
+//! On x86 a feature the audit does not know by name, and bytes that decode
+//! to no instruction, are findings like any other.
+//!
 //! Documented exceptions (each reported when used): `xgetbv` in the guard
 //! and in std's feature detection (run only after CPUID reports OSXSAVE),
 //! AArch64's outline-atomics helpers (they pick LSE or LL/SC at run time),
-//! and, in statically linked binaries, glibc's ifunc variants
-//! (`__memcmp_sse4_2`, …) and its CPU probing, which glibc selects and runs
-//! only after its own CPUID check.
+//! in statically linked binaries glibc's ifunc variants (`__memcmp_sse4_2`,
+//! …), its CPU probing and its lock elision (RTM), which glibc selects and
+//! runs only after its own CPUID check, and undecodable bytes under a
+//! symbol the symbol table types as data (mingw-w64 keeps its constructor
+//! lists and some libm constants in `.text`).
 
-use crate::insn::{self, Ext};
+use crate::insn;
 use crate::isa::Arch;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -34,6 +45,10 @@ use xshell::{cmd, Shell};
 pub struct Function {
     pub name: String,
     pub insns: Vec<Insn>,
+    /// The symbol table types the symbol as data (ELF `STT_OBJECT`, a COFF
+    /// symbol that is not a function: mingw-w64 keeps its constructor lists
+    /// and libm's constants in `.text`). Only x86's own reader knows it.
+    pub data: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -51,6 +66,7 @@ pub fn parse_objdump(text: &str) -> Vec<Function> {
             out.push(Function {
                 name: name.to_string(),
                 insns: Vec::new(),
+                data: false,
             });
             continue;
         }
@@ -238,9 +254,9 @@ pub fn kind(symbol: &str) -> Kind {
 }
 
 /// Returns the reason when `ext` in `symbol` is a documented exception.
-fn exception(symbol: &str, ext: Ext) -> Option<&'static str> {
-    match ext {
-        Ext::Xsave if symbol.starts_with("legacy_ml::core::isa::") || symbol.starts_with("std_detect::") => {
+fn exception(symbol: &str, feature: &str) -> Option<&'static str> {
+    match feature {
+        "xsave" if symbol.starts_with("legacy_ml::core::isa::") || symbol.starts_with("std_detect::") => {
             Some("xgetbv runs only after CPUID.1:ECX.OSXSAVE says it exists")
         }
         // A statically linked glibc carries its ifunc variants and the CPU
@@ -252,7 +268,7 @@ fn exception(symbol: &str, ext: Ext) -> Option<&'static str> {
         {
             Some("glibc ifunc variant: glibc's CPUID check selects it at run time")
         }
-        Ext::Xsave
+        "xsave"
             if [
                 "update_active",
                 "init_cpu_features",
@@ -265,10 +281,15 @@ fn exception(symbol: &str, ext: Ext) -> Option<&'static str> {
         {
             Some("glibc's own CPU probing / lazy-binding trampoline, after CPUID")
         }
+        // glibc's lock elision (statically linked i686): used only when
+        // init_cpu_features found RTM and the elision tunable is on.
+        "rtm" if symbol.starts_with("__lll_") && symbol.contains("_elision") => {
+            Some("glibc's lock elision: run only when glibc's CPUID check found RTM (and elision is enabled)")
+        }
         // std's backtrace symbolizer (gimli, object) on PE links memchr,
         // which picks its AVX2 searcher after its own CPUID check
         // (is_x86_feature_detected!, std_detect).
-        Ext::Avx | Ext::Avx2
+        "avx" | "avx2"
             if symbol
                 .trim_start_matches('<')
                 .starts_with("memchr::arch::x86_64::avx2::") =>
@@ -278,18 +299,18 @@ fn exception(symbol: &str, ext: Ext) -> Option<&'static str> {
         // musl's ARM atomics come in variants that `__set_thread_area`
         // picks at start-up: the ARMv7 ones (dmb) only when AT_PLATFORM
         // does not say v6 (src/thread/arm/__set_thread_area.c).
-        Ext::V7 if ["__a_barrier_v7", "__a_cas_v7"].contains(&symbol) => {
+        "v7" if ["__a_barrier_v7", "__a_cas_v7"].contains(&symbol) => {
             Some("musl's ARMv7 barrier/CAS: chosen at start-up only when AT_PLATFORM is not v6")
         }
         // libunwind restores d16-d31 only for frames whose unwind info saved
         // them, which code built without D32 has none of.
-        Ext::D32
+        "vfpd32"
             if symbol.starts_with("libunwind::Registers_arm::saveVFPv3")
                 || symbol.starts_with("libunwind::Registers_arm::restoreVFPv3") =>
         {
             Some("libunwind's d16-d31 save/restore: used only for frames that saved d16-d31, which this build has none of")
         }
-        Ext::Lse
+        "atomics"
             if symbol.starts_with("__aarch64_")
                 && ["cas", "swp", "ldadd", "ldclr", "ldeor", "ldset"]
                     .iter()
@@ -536,15 +557,22 @@ pub fn audit(arch: Arch, functions: &[Function], b: &Baselines) -> AuditResult {
         };
         for i in &f.insns {
             res.instructions += 1;
-            for ext in insn::classify(arch, &i.text, &i.bytes) {
-                let feat = ext.feature();
+            for feat in insn::classify(arch, &i.text, &i.bytes) {
+                let feat = feat.as_ref();
+                if feat == insn::x86::UNDECODABLE && f.data {
+                    exceptions.insert(format!(
+                        "{feat} `{}`: bytes under a symbol typed as data (data in a code section), not code",
+                        f.name
+                    ));
+                    continue;
+                }
                 if !target.iter().any(|t| t == feat) && k == Kind::Kernel {
                     *res.kernel_features.entry(feat.to_string()).or_default() += 1;
                 }
                 if allowed.iter().any(|a| a == feat) {
                     continue;
                 }
-                if let Some(why) = exception(&f.name, ext) {
+                if let Some(why) = exception(&f.name, feat) {
                     exceptions.insert(format!("{} `{}`: {}", feat, f.name, why));
                     continue;
                 }
@@ -614,28 +642,16 @@ pub fn guard_path_missing(functions: &[Function]) -> Option<String> {
     })
 }
 
-/// Disassembles `binary` with `objdump` and audits it.
+/// Disassembles `binary` and audits it: x86 (ELF or PE) decoded by
+/// iced-x86 from the file itself, ARM and AArch64 through `objdump`'s text
+/// (`objdump` is used for those only).
 pub fn audit_binary(sh: &Shell, objdump: &str, arch: Arch, binary: &Path, b: &Baselines) -> Result<AuditResult> {
-    let mut args: Vec<&str> = vec!["-d", "-C", "--insn-width=16"];
-    if matches!(arch, Arch::X86_64 | Arch::X86) {
-        args.extend(["-M", "intel"]);
-    }
-    let out = cmd!(sh, "{objdump} {args...} {binary}")
-        .quiet()
-        .ignore_stderr()
-        .output()
-        .with_context(|| format!("run {objdump} on {}", binary.display()))?;
-    if !out.status.success() {
-        bail!(
-            "{objdump} failed on {}: {}",
-            binary.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let functions = parse_objdump(&text);
+    let functions = match arch {
+        Arch::X86_64 | Arch::X86 => insn::x86::disassemble(binary, arch == Arch::X86_64)?,
+        Arch::Aarch64 | Arch::Arm => objdump_functions(sh, objdump, binary)?,
+    };
     if functions.is_empty() {
-        bail!("{objdump} printed no functions for {}", binary.display());
+        bail!("no functions found in {}", binary.display());
     }
     let mut res = audit(arch, &functions, b);
     if let Some(why) = guard_path_missing(&functions) {
@@ -653,6 +669,24 @@ pub fn audit_binary(sh: &Shell, objdump: &str, arch: Arch, binary: &Path, b: &Ba
         res.ok = false;
     }
     Ok(res)
+}
+
+/// `objdump -d -C` of `binary`, parsed.
+fn objdump_functions(sh: &Shell, objdump: &str, binary: &Path) -> Result<Vec<Function>> {
+    let args = ["-d", "-C", "--insn-width=16"];
+    let out = cmd!(sh, "{objdump} {args...} {binary}")
+        .quiet()
+        .ignore_stderr()
+        .output()
+        .with_context(|| format!("run {objdump} on {}", binary.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{objdump} failed on {}: {}",
+            binary.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(parse_objdump(&String::from_utf8_lossy(&out.stdout)))
 }
 
 #[cfg(test)]
@@ -680,6 +714,9 @@ Disassembly of section .text:
 0000000000050200 <legacy_ml::core::isa::detect::xcr0>:
    50200:\t0f 01 d0             \txgetbv
 ";
+
+    /// `vmovdqu ymm0,[rdi]` (AVX) as objdump prints it.
+    const VMOVDQU: &str = "c5 fe 6f 07          \tvmovdqu ymm0,YMMWORD PTR [rdi]";
 
     fn x86_baselines(guard: &[&str]) -> Baselines {
         Baselines {
@@ -721,7 +758,10 @@ Disassembly of section .text:
 
     #[test]
     fn isa_instructions_outside_kernels_fail_naming_the_symbol() {
-        let dump = X86_DUMP.replace("\tpaddd  xmm0,xmm1", "\tpmulld xmm0,xmm1");
+        let dump = X86_DUMP.replace(
+            "66 0f fe c1          \tpaddd  xmm0,xmm1",
+            "66 0f 38 40 c1\tpmulld xmm0,xmm1",
+        );
         let r = audit(
             Arch::X86_64,
             &parse_objdump(&dump),
@@ -741,7 +781,7 @@ Disassembly of section .text:
 
     #[test]
     fn isa_instructions_in_main_or_the_guard_fail() {
-        let dump = X86_DUMP.replace("\tsub    rsp,0x8", "\tvmovdqu ymm0,YMMWORD PTR [rdi]");
+        let dump = X86_DUMP.replace("48 83 ec 08          \tsub    rsp,0x8", VMOVDQU);
         let r = audit(
             Arch::X86_64,
             &parse_objdump(&dump),
@@ -900,11 +940,11 @@ Disassembly of section .text:
     #[test]
     fn isa_instructions_in_pe_start_up_code_fail() {
         for (sym, insn) in [
-            ("__tmainCRTStartup", "\tpush   r12"),
-            ("_pei386_runtime_relocator", "\tpush   rbp"),
-            ("__mingw_TLScallback", "\tpush   rbx"),
+            ("__tmainCRTStartup", "41 54                \tpush   r12"),
+            ("_pei386_runtime_relocator", "55                   \tpush   rbp"),
+            ("__mingw_TLScallback", "53                   \tpush   rbx"),
         ] {
-            let dump = PE_DUMP.replace(insn, "\tvmovdqu ymm0,YMMWORD PTR [rdi]");
+            let dump = PE_DUMP.replace(insn, VMOVDQU);
             let r = audit(
                 Arch::X86_64,
                 &parse_objdump(&dump),
@@ -942,8 +982,8 @@ Disassembly of section .text:
         assert_eq!(target_baseline("x86_64-unknown-linux-gnu"), ["sse2"]);
         assert_eq!(target_baseline("x86_64-pc-windows-gnu"), ["sse2", "sse3", "cx16"]);
         assert_eq!(target_baseline("x86_64-pc-windows-msvc"), ["sse2", "sse3", "cx16"]);
-        let dump = PE_DUMP.replace("\tsub    rsp,0x8", "\tmovshdup xmm0,xmm8")
-            + "0000000140160000 <<memchr::arch::x86_64::avx2::packedpair::Finder>::find_impl>:\n   140160000:\tc5 fd 74 14 1a       \tvpcmpeqb ymm2,ymm0,YMMWORD PTR [rdx+r11*1]\n";
+        let dump = PE_DUMP.replace("48 83 ec 08          \tsub    rsp,0x8", "f3 41 0f 16 c0\tmovshdup xmm0,xmm8")
+            + "0000000140160000 <<memchr::arch::x86_64::avx2::packedpair::Finder>::find_impl>:\n   140160000:\tc4 a1 7d 74 14 1a    \tvpcmpeqb ymm2,ymm0,YMMWORD PTR [rdx+r11*1]\n";
         let windows = Baselines::for_row(
             "x86_64-pc-windows-gnu",
             &[],
@@ -977,6 +1017,7 @@ Disassembly of section .text:
     fn text_fn(name: &str, insns: &[&str]) -> Function {
         Function {
             name: name.into(),
+            data: false,
             insns: insns
                 .iter()
                 .enumerate()
@@ -987,6 +1028,57 @@ Disassembly of section .text:
                 })
                 .collect(),
         }
+    }
+
+    /// An x86 function of encodings (the text is the bytes: only they count).
+    fn x86_fn(name: &str, insns: &[&str]) -> Function {
+        let mut f = text_fn(name, insns);
+        for i in &mut f.insns {
+            i.bytes = i.text.clone();
+        }
+        f
+    }
+
+    /// Bytes that decode to nothing pass only under a symbol typed as data
+    /// (mingw-w64's `__CTOR_LIST__` in `.text`), and are reported there.
+    #[test]
+    fn undecodable_bytes_are_a_finding_outside_data_symbols() {
+        let b = x86_baselines(&[]);
+        let start = x86_fn("_start", &["31 ed"]);
+        let main = x86_fn("main", &["55"]);
+        let mut ctors = x86_fn("__CTOR_LIST__", &["ff", "ff"]);
+        let r = audit(Arch::X86_64, &[start.clone(), main.clone(), ctors.clone()], &b);
+        assert!(!r.ok);
+        assert_eq!(
+            (
+                r.violations[0].symbol.as_str(),
+                r.violations[0].feature.as_str(),
+                r.violations[0].count
+            ),
+            ("__CTOR_LIST__", "x86:undecodable", 2)
+        );
+        ctors.data = true;
+        let r = audit(Arch::X86_64, &[start, main, ctors], &b);
+        assert!(r.ok, "{}", r.summary());
+        assert!(
+            r.exceptions
+                .iter()
+                .any(|e| e.starts_with("x86:undecodable `__CTOR_LIST__`")),
+            "{:?}",
+            r.exceptions
+        );
+    }
+
+    #[test]
+    fn glibc_lock_elision_is_excused_only_by_name() {
+        let b = Baselines::for_row("i686-unknown-linux-gnu", &[], vec![]);
+        let check = x86_fn("legacy_ml::core::isa::early::sse2_check", &["0f a2"]);
+        let xbegin = ["c7 f8 00 00 00 00"];
+        let r = audit(Arch::X86, &[check.clone(), x86_fn("__lll_lock_elision", &xbegin)], &b);
+        assert!(r.ok, "{}", r.summary());
+        assert!(r.exceptions.iter().any(|e| e.starts_with("rtm `__lll_lock_elision`")));
+        let r = audit(Arch::X86, &[check, x86_fn("legacy_ml::ops::matvec", &xbegin)], &b);
+        assert_eq!(r.violations[0].feature, "rtm");
     }
 
     fn armv7_neon_row() -> Baselines {
@@ -1005,12 +1097,15 @@ Disassembly of section .text:
     fn i686_start_up_and_pre_main_check_stay_below_sse2() {
         let b = Baselines::for_row("i686-unknown-linux-gnu", &[], vec![]);
         assert_eq!(b.floor, Vec::<String>::new());
-        let main = text_fn("main", &["push ebp", "movq xmm0,QWORD PTR [esi+0x1c54]"]);
-        let check = text_fn(
+        let main = x86_fn("main", &["55", "f3 0f 7e 86 54 1c 00 00"]);
+        let check = x86_fn(
             "legacy_ml::core::isa::early::sse2_check",
-            &["push ebx", "cpuid", "call 8049000 <write>"],
+            &["53", "0f a2", "e8 00 00 00 00"],
         );
-        let start = text_fn("__libc_start_main_impl", &["push ebp", "cmovne eax,edx"]);
+        let start = x86_fn(
+            "__libc_start_main_impl",
+            &["55", "0f 45 c2", "dd 04 24", "0f ae 00", "0f 31"],
+        );
         let with = audit(Arch::X86, &[main.clone(), check.clone(), start.clone()], &b);
         assert!(with.ok, "{}", with.summary());
         assert!(with.summary().contains("bare ISA"), "{}", with.summary());
@@ -1021,13 +1116,10 @@ Disassembly of section .text:
             "{}",
             without.summary()
         );
-        let dirty_check = text_fn(
-            "legacy_ml::core::isa::early::sse2_check",
-            &["cpuid", "movq QWORD PTR [esp],xmm0"],
-        );
+        let dirty_check = x86_fn("legacy_ml::core::isa::early::sse2_check", &["0f a2", "66 0f d6 04 24"]);
         let bad = audit(Arch::X86, &[main.clone(), dirty_check, start], &b);
         assert!(!bad.ok && bad.summary().contains("sse2_check"), "{}", bad.summary());
-        let dirty_start = text_fn("update_active.constprop.0", &["xorps xmm0,xmm0"]);
+        let dirty_start = x86_fn("update_active.constprop.0", &["0f 57 c0"]);
         let bad = audit(Arch::X86, &[main, check, dirty_start], &b);
         assert!(!bad.ok && bad.summary().contains("update_active"), "{}", bad.summary());
     }
