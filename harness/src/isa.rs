@@ -215,7 +215,7 @@ pub struct CpuModel {
     /// Features of the model that TCG cannot emulate and drops anyway, each
     /// with a `qemu: warning: TCG doesn't support requested feature` line
     /// on stderr. Turning them off explicitly changes nothing the guest sees
-    /// but keeps stderr clean for tests that check it (tests/cli.rs wants
+    /// but keeps stderr clean for tests that check it (tests/it/cli.rs wants
     /// one-line errors).
     #[serde(default)]
     pub tcg_off: Vec<String>,

@@ -53,7 +53,7 @@ impl Ctx<'_> {
     /// The environment of every run on `runner`.
     pub fn run_env(&self, runner: &Runner) -> Vec<(String, String)> {
         vec![
-            // tests/cli.rs starts the target `ml` through this under emulation.
+            // tests/it/support.rs starts the target `ml` through this under emulation.
             ("ML_TEST_RUNNER".into(), runner.test_runner()),
             ("INSTA_WORKSPACE_ROOT".into(), self.root.display().to_string()),
             // Never write .snap.new files into golden/ from a matrix run.
