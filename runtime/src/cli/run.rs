@@ -104,12 +104,16 @@ pub fn run(a: RunArgs) -> Result<()> {
         note!("note: cannot install a Ctrl-C handler; Ctrl-C will end the process abruptly");
     }
 
-    let start = Instant::now();
+    // With --no-stats the clock is never read: subtracting two times takes
+    // a branch that depends on them, and a run whose instructions are
+    // counted must execute the same ones every time.
+    let clock = || (!a.no_stats).then(Instant::now);
+    let start = clock();
     let mut next = sampler.sample(tf.prefill(&prompt)?)?;
-    let prefill_time = start.elapsed();
+    let prefill_time = start.map(|s| s.elapsed());
     let mut prev = *prompt.last().unwrap_or(&1);
     let mut generated = 0;
-    let decode_start = Instant::now();
+    let decode_start = clock();
     for i in 0..steps {
         if super::sys::interrupted() {
             note!("\ninterrupted");
@@ -133,10 +137,10 @@ pub fn run(a: RunArgs) -> Result<()> {
         next = sampler.sample(tf.forward(next, prompt.len() + i)?)?;
     }
     writeln!(out).map_err(stdout_error)?;
-    let decode_time = decode_start.elapsed().as_secs_f64();
-    if a.no_stats {
+    let (Some(prefill_time), Some(decode_start)) = (prefill_time, decode_start) else {
         return Ok(());
-    }
+    };
+    let decode_time = decode_start.elapsed().as_secs_f64();
     note!(
         "prompt: {} tokens in {:.1} ms; generated {} tokens in {:.1} ms: {:.1} tok/s",
         prompt.len(),
