@@ -27,13 +27,14 @@ macro_rules! outln {
 mod cli;
 
 use clap::Parser;
-use legacy_ml::core::isa;
+use legacy_ml::guard;
+use legacy_ml::model::streaming;
 
 fn main() {
     let args = cli::Cli::parse();
     // The library treats a bad ML_PACK as unset; here a typo is an error,
     // as a bad ML_LOAD is.
-    if let Err(e) = isa::pack_override() {
+    if let Err(e) = streaming::pack_override() {
         note!("error: {e}");
         std::process::exit(2);
     }
@@ -41,7 +42,7 @@ fn main() {
     // reports, so it is the one command allowed to run on a CPU the build
     // does not support.
     if !matches!(args.command, cli::Command::Isa) {
-        isa::guard();
+        guard::guard();
     }
     if let Err(e) = cli::run(args) {
         // The reader of stdout has gone: nothing is left to say to it.

@@ -76,13 +76,13 @@ fn tokenize(a: TokenizeArgs) -> Result<()> {
 }
 
 fn isa() -> Result<()> {
-    use legacy_ml::core::isa;
+    use legacy_ml::guard;
     let mut out = String::new();
-    outln!(out, "build tier:        {}", isa::build_tier());
+    outln!(out, "build tier:        {}", guard::build_tier());
     outln!(out, "target:            {}", std::env::consts::ARCH);
-    outln!(out, "needs features:    {}", or_none(isa::required_features()));
-    outln!(out, "host features:     {}", or_none(&isa::host_features()));
-    let check = isa::check();
+    outln!(out, "needs features:    {}", or_none(guard::required_features()));
+    outln!(out, "host features:     {}", or_none(&guard::host_features()));
+    let check = guard::check();
     outln!(out, "runs on this CPU:  {}", if check.is_ok() { "yes" } else { "no" });
     print(&out)?;
     check

@@ -1,5 +1,5 @@
 //! Core: types and memory shared by every layer above. Depends on nothing else
-//! in the crate.
+//! in the crate (`isa` is only the guard's old path, re-exported).
 
 pub mod aligned;
 pub mod arena;

@@ -4,9 +4,9 @@
 //! The scalar tier is always compiled: it is the fallback of every chain and
 //! the reference the tests hold the other tiers to.
 //!
-//! A tier's module implements the kernels its instructions improve (listed in
-//! its `PROVIDES`) and re-exports the rest from the tier below it, so each
-//! module is a complete set of twelve (the spec's ten, plus attention's
+//! A tier's module implements the kernels its instructions improve and
+//! re-exports the rest from the tier below it, so each module is a complete
+//! set of twelve (the spec's ten, plus attention's
 //! `attn_scores`/`attn_mix`) and its fallback chain reads in one place.
 //! Only the enabled tiers are compiled; the cargo features chain
 //! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`; `isa-sve`
@@ -158,13 +158,11 @@ pub use active::{
 /// Whether the active tier's matvecs read matrices packed in four-row
 /// groups (`core::tensor::pack_row_groups` and `pack_scale_groups`); the
 /// model packs them at load when its bytes are an owned copy and the CPU
-/// streams them faster so (`core::isa::streaming`: not on Intel). Only
+/// streams them faster so (`model::streaming`: not on Intel). Only
 /// avx512vnni: its 4-row kernels then read one ascending stream that the
 /// hardware prefetchers follow, where four row streams needed software
 /// prefetch and still fell short, and load a group's scales for two or four
-/// blocks in one load instead of gathering them. On this project's Zen 4,
-/// `ml bench --shape 49152x576`, Q8_0 cold: about 1350–1430 µs row-major,
-/// 1020–1080 packed (89–96% of the probe's bandwidth).
+/// blocks in one load instead of gathering them.
 pub const PACKS_ROW_GROUPS: bool = cfg!(all(
     feature = "isa-avx512vnni",
     any(target_arch = "x86", target_arch = "x86_64")
@@ -174,5 +172,5 @@ pub const PACKS_ROW_GROUPS: bool = cfg!(all(
 pub const TIER: &str = active::TIER;
 
 /// CPU features (as /proc/cpuinfo names them; HWCAP names on ARM) that the kernels bound above
-/// execute; `core::isa` checks them before any kernel can run.
+/// execute; the `guard` checks them before any kernel can run.
 pub const REQUIRED_FEATURES: &[&str] = active::REQUIRED_FEATURES;

@@ -80,8 +80,8 @@ macro_rules! matvec_entry_points {
         ) {
             $prologue;
             let nb = super::scaffold::check_matvec(y, w, x, r0, r1, w.cols, crate::core::quant::QK);
-            // SAFETY: the tier's features are verified by the guard
-            // (`core::isa`) before any kernel runs; check_matvec bounded
+            // SAFETY: the tier's features are verified by `guard::check`
+            // before any kernel runs; check_matvec bounded
             // every row, block and scale the driver touches.
             unsafe { matvec::<false>(y.as_mut_ptr(), w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
         }
@@ -158,8 +158,8 @@ macro_rules! rope_by_heads {
             let pairs = super::scaffold::check_rope(q, k, cos, sin, head_dim, n_heads, n_kv_heads);
             for (v, heads) in [(q, n_heads), (k, n_kv_heads)] {
                 for h in 0..heads {
-                    // SAFETY: the tier's features are verified by the guard
-                    // (`core::isa`) before any kernel runs; head h spans
+                    // SAFETY: the tier's features are verified by `guard::check`
+                    // before any kernel runs; head h spans
                     // [h·head_dim, h·head_dim + 2·pairs) inside v, and cos/sin
                     // hold `pairs` elements (check_rope).
                     unsafe {

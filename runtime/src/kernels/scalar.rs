@@ -8,22 +8,6 @@
 use crate::core::quant::{self, Q4_BLOCK_BYTES, QK};
 use crate::core::tensor::{QAct, QTensor};
 
-/// Provides every kernel.
-pub const PROVIDES: &[&str] = &[
-    "matvec_q8",
-    "matvec_q4",
-    "quantize_q8",
-    "rmsnorm",
-    "softmax",
-    "rope",
-    "silu_mul",
-    "add",
-    "dot_f32",
-    "axpy_f32",
-    "attn_scores",
-    "attn_mix",
-];
-
 /// Integer dot of one Q8_0 weight block with one Q8_0 activation block.
 #[inline]
 pub fn block_dot_q8(w: &[i8], x: &[i8]) -> i32 {

@@ -5,6 +5,7 @@ pub mod format;
 pub mod gen;
 pub mod prompt;
 pub mod sampler;
+pub mod streaming;
 pub mod tokenizer;
 pub mod transformer;
 pub mod writer;
@@ -23,7 +24,7 @@ use std::path::Path;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatrixOrder {
     /// Packed where the tier's matvec reads packed groups and this CPU
-    /// streams them faster (`core::isa::streaming`).
+    /// streams them faster (`streaming`).
     Auto,
     /// Row-major, as in the file.
     RowMajor,
@@ -77,7 +78,7 @@ impl Model {
         };
         model.check_values()?;
         let pack = match order {
-            MatrixOrder::Auto => crate::core::isa::streaming().pack_row_groups,
+            MatrixOrder::Auto => streaming::streaming().pack_row_groups,
             MatrixOrder::Packed => kernels::PACKS_ROW_GROUPS,
             MatrixOrder::RowMajor => false,
         };

@@ -301,7 +301,7 @@ impl<'m> Transformer<'m> {
         let cos = &b.rope_cos[pos * half..(pos + 1) * half];
         let sin = &b.rope_sin[pos * half..(pos + 1) * half];
 
-        let warm_q8 = crate::core::isa::streaming().warm_q8_matrices
+        let warm_q8 = crate::model::streaming::streaming().warm_q8_matrices
             && exec.threads() == 1
             && h.wtype == WType::Q8_0
             && !weights.wcls.packed;
