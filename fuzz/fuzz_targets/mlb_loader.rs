@@ -59,7 +59,7 @@ fn check_error(e: &MlError, what: &str) {
 fuzz_target!(
     // Built with an ISA tier (`--features isa-avx2`), refuse a CPU without it
     // (exit 7) before any kernel runs, as every binary and test does.
-    init: legacy_ml::core::isa::guard(),
+    init: legacy_ml::guard::guard(),
     |data: &[u8]| run(data)
 );
 

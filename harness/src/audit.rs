@@ -8,7 +8,7 @@
 //! the code sections, named as `objdump -d -C` names them.
 //!
 //! Three rules, each failing with the offending symbol:
-//! 1. **guard path** — `main`, `ml::main`, `legacy_ml::core::isa::*`,
+//! 1. **guard path** — `main`, `ml::main`, `legacy_ml::guard::*`,
 //!    `std::rt::lang_start*` and the C start-up code (glibc's on ELF,
 //!    mingw-w64's CRT on PE: `mainCRTStartup`, `__tmainCRTStartup`,
 //!    `__main`, `_pei386_runtime_relocator`, its TLS callbacks…) use
@@ -220,7 +220,7 @@ const ENTRY_POINTS: &[&str] = &["_start", "mainCRTStartup", "WinMainCRTStartup"]
 fn is_pre_main_guard(symbol: &str) -> bool {
     symbol
         .trim_start_matches('<')
-        .starts_with("legacy_ml::core::isa::early::")
+        .starts_with("legacy_ml::guard::early::")
 }
 
 /// C start-up code: runs before any constructor, so always at the target baseline.
@@ -234,7 +234,7 @@ pub fn kind(symbol: &str) -> Kind {
     if STARTUP.contains(&symbol)
         || is_glibc_static_startup(symbol)
         || PE_STARTUP.contains(&symbol)
-        || s.starts_with("legacy_ml::core::isa::")
+        || s.starts_with("legacy_ml::guard::")
         || s.starts_with("std::rt::lang_start")
         || s.starts_with("std::rt::init")
         || symbol.starts_with("ml::main::")
@@ -256,7 +256,7 @@ pub fn kind(symbol: &str) -> Kind {
 /// Returns the reason when `ext` in `symbol` is a documented exception.
 fn exception(symbol: &str, feature: &str) -> Option<&'static str> {
     match feature {
-        "xsave" if symbol.starts_with("legacy_ml::core::isa::") || symbol.starts_with("std_detect::") => {
+        "xsave" if symbol.starts_with("legacy_ml::guard::") || symbol.starts_with("std_detect::") => {
             Some("xgetbv runs only after CPUID.1:ECX.OSXSAVE says it exists")
         }
         // A statically linked glibc carries its ifunc variants and the CPU
@@ -520,7 +520,7 @@ pub fn audit(arch: Arch, functions: &[Function], b: &Baselines) -> AuditResult {
     // feature anywhere. Nor can a target whose baseline is above the oldest
     // CPUs it starts on (i686 and SSE2). Such builds check the CPU before
     // Rust starts, from an `.init_array` constructor
-    // (`legacy_ml::core::isa::early`). Then the guard path is the C start-up
+    // (`legacy_ml::guard::early`). Then the guard path is the C start-up
     // code plus that constructor, held to the floor, and `main` and the rest
     // are ordinary code at the row's baseline. (The row's `reject` cells
     // prove at run time that the constructor runs first: `main` holds the
@@ -534,7 +534,7 @@ pub fn audit(arch: Arch, functions: &[Function], b: &Baselines) -> AuditResult {
     };
     if pre_main_guard {
         exceptions.insert(
-            "pre-main guard: `legacy_ml::core::isa::early` checks the CPU from .init_array, so the guard path is \
+            "pre-main guard: `legacy_ml::guard::early` checks the CPU from .init_array, so the guard path is \
              start-up code plus that check, and main/the guard run at the row's baseline"
                 .to_string(),
         );
@@ -601,10 +601,10 @@ pub fn audit(arch: Arch, functions: &[Function], b: &Baselines) -> AuditResult {
             .map(String::as_str)
             .collect();
         violations.insert(
-            ("legacy_ml::core::isa::early".to_string(), missing.join(" ")),
+            ("legacy_ml::guard::early".to_string(), missing.join(" ")),
             Violation {
                 rule: Kind::GuardPath,
-                symbol: "legacy_ml::core::isa::early".to_string(),
+                symbol: "legacy_ml::guard::early".to_string(),
                 feature: missing.join(" "),
                 count: 1,
                 example: "no pre-main check: CPUs below the target's floor would run main and std's start-up"
@@ -704,14 +704,14 @@ Disassembly of section .text:
    38f74:\t31 ed                \txor    ebp,ebp
 0000000000040580 <ml::main>:
    40580:\t48 83 ec 08          \tsub    rsp,0x8
-   40584:\te8 00 00 00 00       \tcall   4b3f0 <legacy_ml::core::isa::guard>
+   40584:\te8 00 00 00 00       \tcall   4b3f0 <legacy_ml::guard::guard>
 0000000000050000 <legacy_ml::kernels::avx2::matvec_q8>:
    50000:\tc5 fd fe c1          \tvpaddd ymm0,ymm0,ymm1
    50004:\tc4 e2 7d 18 c0       \tvbroadcastss ymm0,xmm0
    50009:\tc5 f8 77             \tvzeroupper
 0000000000050100 <legacy_ml::ops::matvec>:
    50100:\t66 0f fe c1          \tpaddd  xmm0,xmm1
-0000000000050200 <legacy_ml::core::isa::detect::xcr0>:
+0000000000050200 <legacy_ml::guard::detect::xcr0>:
    50200:\t0f 01 d0             \txgetbv
 ";
 
@@ -814,7 +814,7 @@ Disassembly of section .text:
 
     #[test]
     fn xgetbv_outside_the_guard_is_not_excused() {
-        let dump = X86_DUMP.replace("<legacy_ml::core::isa::detect::xcr0>", "<legacy_ml::model::load>");
+        let dump = X86_DUMP.replace("<legacy_ml::guard::detect::xcr0>", "<legacy_ml::model::load>");
         let r = audit(
             Arch::X86_64,
             &parse_objdump(&dump),
@@ -888,7 +888,7 @@ Disassembly of section .text:
    1400014d4:\te8 a7 fc ff ff       \tcall   140001180 <__tmainCRTStartup>
 00000001400139e0 <ml::main>:
    1400139e0:\t48 83 ec 08          \tsub    rsp,0x8
-   1400149b4:\te8 e7 79 09 00       \tcall   1400ac3a0 <legacy_ml::core::isa::guard>
+   1400149b4:\te8 e7 79 09 00       \tcall   1400ac3a0 <legacy_ml::guard::guard>
 00000001400210e0 <main>:
    1400210e0:\t48 83 ec 28          \tsub    rsp,0x28
 0000000140050000 <legacy_ml::kernels::avx2::matvec_q8>:
@@ -1072,7 +1072,7 @@ Disassembly of section .text:
     #[test]
     fn glibc_lock_elision_is_excused_only_by_name() {
         let b = Baselines::for_row("i686-unknown-linux-gnu", &[], vec![]);
-        let check = x86_fn("legacy_ml::core::isa::early::sse2_check", &["0f a2"]);
+        let check = x86_fn("legacy_ml::guard::early::sse2_check", &["0f a2"]);
         let xbegin = ["c7 f8 00 00 00 00"];
         let r = audit(Arch::X86, &[check.clone(), x86_fn("__lll_lock_elision", &xbegin)], &b);
         assert!(r.ok, "{}", r.summary());
@@ -1099,7 +1099,7 @@ Disassembly of section .text:
         assert_eq!(b.floor, Vec::<String>::new());
         let main = x86_fn("main", &["55", "f3 0f 7e 86 54 1c 00 00"]);
         let check = x86_fn(
-            "legacy_ml::core::isa::early::sse2_check",
+            "legacy_ml::guard::early::sse2_check",
             &["53", "0f a2", "e8 00 00 00 00"],
         );
         let start = x86_fn(
@@ -1112,11 +1112,11 @@ Disassembly of section .text:
         let without = audit(Arch::X86, &[main.clone(), start.clone()], &b);
         assert!(!without.ok, "an i686 binary without the pre-main check must fail");
         assert!(
-            without.summary().contains("legacy_ml::core::isa::early"),
+            without.summary().contains("legacy_ml::guard::early"),
             "{}",
             without.summary()
         );
-        let dirty_check = x86_fn("legacy_ml::core::isa::early::sse2_check", &["0f a2", "66 0f d6 04 24"]);
+        let dirty_check = x86_fn("legacy_ml::guard::early::sse2_check", &["0f a2", "66 0f d6 04 24"]);
         let bad = audit(Arch::X86, &[main.clone(), dirty_check, start], &b);
         assert!(!bad.ok && bad.summary().contains("sse2_check"), "{}", bad.summary());
         let dirty_start = x86_fn("update_active.constprop.0", &["0f 57 c0"]);
@@ -1172,12 +1172,12 @@ Disassembly of section .text:
         let without = audit(Arch::Arm, std::slice::from_ref(&main), &armv7_neon_row());
         assert!(!without.ok, "NEON in main without a pre-main check must fail");
         let check = text_fn(
-            "legacy_ml::core::isa::early::neon_check",
+            "legacy_ml::guard::early::neon_check",
             &["push {r4, lr}", "bl 1000 <getauxval@plt>"],
         );
         let with = audit(Arch::Arm, &[main.clone(), check], &armv7_neon_row());
         assert!(with.ok, "{}", with.summary());
-        let dirty = text_fn("legacy_ml::core::isa::early::neon_check", &["vld1.64 {d16-d17}, [r4]"]);
+        let dirty = text_fn("legacy_ml::guard::early::neon_check", &["vld1.64 {d16-d17}, [r4]"]);
         let bad = audit(Arch::Arm, &[main, dirty], &armv7_neon_row());
         assert!(!bad.ok, "NEON in the pre-main check itself must fail");
         assert!(bad.summary().contains("neon_check"), "{}", bad.summary());

@@ -105,7 +105,7 @@ impl Tier {
 /// Features every build for `arch` needs, whatever its tier, that some CPU
 /// the matrix runs lacks: Rust's i686 targets use SSE2 in all code, and
 /// the Pentium II and III have none (their builds exit 7 from a pre-main
-/// check, `legacy_ml::core::isa::early`).
+/// check, `legacy_ml::guard::early`).
 pub fn target_needs(arch: Arch) -> &'static [&'static str] {
     match arch {
         Arch::X86 => &["sse2"],

@@ -17,7 +17,7 @@ use std::hint::black_box;
 const SHAPES: &[(usize, usize)] = &[(576, 576), (1536, 576), (576, 1536), (4096, 4096)];
 
 fn matvec(c: &mut Criterion) {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     let mut rng = Rng::new(1);
     let mut group = c.benchmark_group(format!("matvec/{}", kernels::TIER));
     for &(rows, cols) in SHAPES {
@@ -36,9 +36,9 @@ fn matvec(c: &mut Criterion) {
                 q: &q,
                 d: &d,
                 // As a model read into memory is on this CPU (Model::open,
-                // core::isa::streaming); the bytes are random, so packing
+                // model::streaming::streaming); the bytes are random, so packing
                 // them would only permute them.
-                packed: legacy_ml::core::isa::streaming().pack_row_groups,
+                packed: legacy_ml::model::streaming::streaming().pack_row_groups,
             };
             let act = QAct { q: &xq, d: &xd };
             let mut y = vec![0.0f32; rows];

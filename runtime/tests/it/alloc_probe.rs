@@ -28,18 +28,26 @@ fn note(size: usize) {
 unsafe impl GlobalAlloc for Probe {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
-        System.alloc(layout)
+        // SAFETY: the caller's contract for this call (GlobalAlloc) is
+        // passed on to the system allocator unchanged.
+        unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
-        System.alloc_zeroed(layout)
+        // SAFETY: the caller's contract for this call (GlobalAlloc) is
+        // passed on to the system allocator unchanged.
+        unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         note(new_size);
-        System.realloc(ptr, layout, new_size)
+        // SAFETY: the caller's contract for this call (GlobalAlloc) is
+        // passed on to the system allocator unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
+        // SAFETY: the caller's contract for this call (GlobalAlloc) is
+        // passed on to the system allocator unchanged.
+        unsafe { System.dealloc(ptr, layout) }
     }
 }
 

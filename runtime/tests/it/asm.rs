@@ -8,7 +8,7 @@ use legacy_ml::kernels;
 
 #[test]
 fn bound_add_is_bit_identical_to_scalar_for_every_length_and_offset() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     let mut rng = Rng::new(5);
     for n in (0..40).chain([127, 128, 129, 1000]) {
         // Offsets 0..3 make the asm kernel's unaligned loads really unaligned.
@@ -26,7 +26,7 @@ fn bound_add_is_bit_identical_to_scalar_for_every_length_and_offset() {
 
 #[test]
 fn add_stops_at_the_shorter_slice() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     let mut y = vec![1.0f32; 9];
     kernels::add(&mut y, &[1.0; 6]);
     assert_eq!(y, [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0]);
@@ -41,7 +41,7 @@ fn add_stops_at_the_shorter_slice() {
 ))]
 #[test]
 fn asm_symbol_is_linked() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     extern "C" {
         fn ml_k_add_sse2(y: *mut f32, x: *const f32, n: usize);
     }

@@ -211,7 +211,7 @@ fn every_error_kind_has_its_exit_code_and_one_line() {
 /// no Windows equivalent a test can set for one child.
 #[cfg(unix)]
 fn ml_under_sh(setup: &str, args: &[&str]) -> Output {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(format!("{setup}; exec \"$@\"")).arg("sh");
     cmd.args(ml_words()).args(args).output().expect("start sh")
@@ -431,10 +431,10 @@ fn load_modes_give_the_same_logits() {
     assert!(info("auto").contains("loaded:            read into memory"));
     assert!(info("map").contains("loaded:            mapped"));
     // A read model is packed for a tier that reads packed groups, on a CPU
-    // that streams them faster (`core::isa::streaming`); a mapping never is.
+    // that streams them faster (`model::streaming::streaming`); a mapping never is.
     assert_eq!(
         info("read").contains("packed in four-row groups"),
-        legacy_ml::core::isa::streaming().pack_row_groups
+        legacy_ml::model::streaming::streaming().pack_row_groups
     );
     assert!(!info("map").contains("packed in"));
     // ML_LOAD is the default of --load.
@@ -675,7 +675,7 @@ fn ml_bounded(args: &[&str]) -> Output {
     let limit = if emulated() { "true" } else { "ulimit -v 4194304" };
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(format!("{limit}; exec \"$@\"")).arg("sh");
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     cmd.args(["timeout", "20"])
         .args(ml_words())
         .args(args)

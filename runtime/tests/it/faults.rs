@@ -57,7 +57,7 @@ impl Drop for TempDir {
 
 /// The logits, as bits, after each of `tokens` from position 0.
 fn logits_bits(model: &Model, tokens: &[u32]) -> Vec<Vec<u32>> {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     let mut tf = Transformer::new(model).unwrap();
     tokens
         .iter()
@@ -238,7 +238,7 @@ fn a_file_that_grows_while_read_is_an_io_error() {
 
 #[test]
 fn positions_past_the_context_are_shape_errors() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     let c = cfg(6);
     let model = Model::from_bytes(&c.to_bytes().unwrap()).unwrap();
     let mut tf = Transformer::new(&model).unwrap();
@@ -389,7 +389,7 @@ fn save_refuses_targets_that_are_not_regular_files() {
 /// same logits at the positions it holds, and refuses the rest naming both.
 #[test]
 fn a_smaller_context_costs_less_and_changes_no_logit() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     let c = cfg(3);
     let model = Model::from_bytes(&{
         let mut v = Vec::new();

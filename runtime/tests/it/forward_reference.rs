@@ -165,7 +165,7 @@ fn small(c: GenConfig) -> GenConfig {
 
 #[test]
 fn forward_matches_an_independent_f64_transformer() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     // 40 positions: attention runs in tiles of 16, so the last steps span
     // three tiles, a partial one included.
     let tokens: Vec<u32> = (0..40u32).map(|i| (i * 97 + 1) % 251).collect();
@@ -221,7 +221,7 @@ fn forward_matches_an_independent_f64_transformer() {
 /// from the packed table).
 #[test]
 fn a_read_model_is_packed_for_the_tier_and_decodes_as_the_mapped_one() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     use legacy_ml::core::file::LoadMode;
     // Miri cannot map a file: there both models are read.
     let cfg = || small(GenConfig::default());
@@ -255,7 +255,7 @@ fn a_read_model_is_packed_for_the_tier_and_decodes_as_the_mapped_one() {
         let auto = Model::open_with(&path, LoadMode::Read).unwrap();
         assert_eq!(
             auto.is_packed(),
-            legacy_ml::core::isa::streaming().pack_row_groups,
+            legacy_ml::model::streaming::streaming().pack_row_groups,
             "{wtype:?}"
         );
         let row_major = Model::open_with_order(&path, LoadMode::Read, MatrixOrder::RowMajor).unwrap();

@@ -153,7 +153,7 @@ fn implied_file_bytes_names_what_overflows() {
 /// -inf logits. It is now a Format error naming the logit.
 #[test]
 fn logits_that_overflow_f32_are_a_format_error() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     for wtype in [WType::Q8_0, WType::Q4_0] {
         let mut bytes = tiny(wtype).to_bytes().unwrap();
         let layout = Layout::from_header(tiny(wtype).header()).unwrap();

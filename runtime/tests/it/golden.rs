@@ -173,7 +173,7 @@ fn compare_within_tolerance(name: &str, got: &Golden) {
 }
 
 fn check(name: &str) {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     let source = sources()
         .into_iter()
         .find(|(n, _)| *n == name)
@@ -227,7 +227,7 @@ fn golden_stories260k_q8_0() {
     ignore = "the golden models take hours under Miri; forward_reference runs the forward pass there"
 )]
 fn golden_choices_are_not_near_ties() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     for (name, source) in sources() {
         for step in record(&source).steps {
             let mut sorted = step.logits.clone();

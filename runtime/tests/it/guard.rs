@@ -8,17 +8,17 @@
 //! feature(s) the message must name. Without them that test only reports
 //! that it was skipped.
 
-use legacy_ml::core::isa;
+use legacy_ml::guard;
 use legacy_ml::kernels;
 
 #[test]
 fn the_host_passes_and_needs_what_the_tier_binds() {
-    isa::guard();
-    assert_eq!(isa::required_features(), kernels::REQUIRED_FEATURES);
-    assert_eq!(isa::build_tier(), kernels::TIER);
-    assert!(isa::check().is_ok());
-    assert!(isa::missing_features().is_empty());
-    let host = isa::host_features();
+    guard::guard();
+    assert_eq!(guard::required_features(), kernels::REQUIRED_FEATURES);
+    assert_eq!(guard::build_tier(), kernels::TIER);
+    assert!(guard::check().is_ok());
+    assert!(guard::missing_features().is_empty());
+    let host = guard::host_features();
     for f in kernels::REQUIRED_FEATURES {
         assert!(host.contains(f), "guard passed but the host lacks {f}: {host:?}");
     }
@@ -30,8 +30,8 @@ fn the_host_passes_and_needs_what_the_tier_binds() {
 #[cfg(all(target_arch = "arm", target_os = "linux", feature = "isa-neon"))]
 #[test]
 fn armv7_early_check_says_what_check_says() {
-    use isa::early;
-    isa::guard();
+    use guard::early;
+    guard::guard();
     assert_eq!(kernels::REQUIRED_FEATURES, ["neon"]);
     assert_eq!(early::EXIT_CODE, legacy_ml::ErrorKind::Isa.exit_code());
     for (has, msg) in [("vfpv4", early::MESSAGE_VFPV4), ("", early::MESSAGE_NONE)] {
@@ -54,8 +54,8 @@ fn armv7_early_check_says_what_check_says() {
 #[cfg(all(target_arch = "x86", target_os = "linux"))]
 #[test]
 fn i686_early_check_names_sse2() {
-    use isa::early;
-    isa::guard();
+    use guard::early;
+    guard::guard();
     assert_eq!(early::EXIT_CODE, legacy_ml::ErrorKind::Isa.exit_code());
     for (has, msg) in [("sse", early::MESSAGE_SSE), ("", early::MESSAGE_NONE)] {
         assert!(msg.starts_with("error: this build needs "), "{msg}");
@@ -64,7 +64,7 @@ fn i686_early_check_names_sse2() {
             "{msg}"
         );
     }
-    assert!(isa::host_features().contains(&"sse2"));
+    assert!(guard::host_features().contains(&"sse2"));
     // The constructor is the one the linker kept in this binary.
     let f: extern "C" fn() = early::SSE2_CHECK;
     f(); // SSE2 present (the guard passed): returns.
@@ -73,7 +73,7 @@ fn i686_early_check_names_sse2() {
 #[cfg(feature = "cli")]
 #[test]
 fn a_cpu_without_the_tier_is_refused_with_exit_7() {
-    isa::guard();
+    guard::guard();
     let Ok(runner) = std::env::var("ML_TEST_REJECT_RUNNER") else {
         println!("skipped: ML_TEST_REJECT_RUNNER is not set");
         return;

@@ -29,7 +29,7 @@
 //! which passes trivially. Every test calls the CPU guard first, so a build
 //! for a tier this CPU lacks exits 7 before any kernel runs.
 
-use legacy_ml::core::isa;
+use legacy_ml::guard;
 use legacy_ml::core::quant::{self, Q4_BLOCK_BYTES, QK};
 use legacy_ml::core::rng::Rng;
 use legacy_ml::core::tensor::{pack_row_groups, pack_scale_groups, QAct, QTensor, WType};
@@ -208,7 +208,7 @@ fn assert_rel(what: &str, got: &[f32], want: &[f32]) {
 
 #[test]
 fn tier_matches_enabled_feature() {
-    isa::guard();
+    guard::guard();
     let expected = if cfg!(feature = "isa-avx512vnni") {
         Some("avx512vnni")
     } else if cfg!(feature = "isa-avxvnni") {
@@ -235,12 +235,12 @@ fn tier_matches_enabled_feature() {
     );
     assert!(TIERS.contains(&kernels::TIER), "unknown tier {}", kernels::TIER);
     assert_eq!(kernels::TIER, expected.unwrap_or("scalar"));
-    assert_eq!(isa::build_tier(), kernels::TIER);
+    assert_eq!(guard::build_tier(), kernels::TIER);
 }
 
 #[test]
 fn required_features_fit_the_tier() {
-    isa::guard();
+    guard::guard();
     let req = kernels::REQUIRED_FEATURES;
     let key = match kernels::TIER {
         "sse2" => Some("sse2"),
@@ -273,7 +273,7 @@ fn required_features_fit_the_tier() {
         );
     }
     // The guard has passed, so the host has every one of them.
-    assert!(isa::missing_features().is_empty());
+    assert!(guard::missing_features().is_empty());
 }
 
 // ---------------------------------------------------------------------------
@@ -347,13 +347,13 @@ fn check_matvec(wtype: WType, seed: u64) {
 
 #[test]
 fn matvec_q8_matches_scalar() {
-    isa::guard();
+    guard::guard();
     check_matvec(WType::Q8_0, 1);
 }
 
 #[test]
 fn matvec_q4_matches_scalar() {
-    isa::guard();
+    guard::guard();
     check_matvec(WType::Q4_0, 2);
 }
 
@@ -422,13 +422,13 @@ fn check_packed_matvec(wtype: WType, seed: u64) {
 
 #[test]
 fn packed_matvec_q8_matches_row_major() {
-    isa::guard();
+    guard::guard();
     check_packed_matvec(WType::Q8_0, 11);
 }
 
 #[test]
 fn packed_matvec_q4_matches_row_major() {
-    isa::guard();
+    guard::guard();
     check_packed_matvec(WType::Q4_0, 12);
 }
 
@@ -471,7 +471,7 @@ fn check_block_sums_exact(wtype: WType, seed: u64) {
 #[test]
 #[cfg_attr(miri, ignore = "K = 8320 is too slow to interpret")]
 fn matvec_q8_long_rows_match_exact_sums() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(19);
     let (bound, _) = kernels_for(WType::Q8_0);
     for rows in [1, 4, 7] {
@@ -494,13 +494,13 @@ fn matvec_q8_long_rows_match_exact_sums() {
 
 #[test]
 fn matvec_q8_block_sums_exact() {
-    isa::guard();
+    guard::guard();
     check_block_sums_exact(WType::Q8_0, 3);
 }
 
 #[test]
 fn matvec_q4_block_sums_exact() {
-    isa::guard();
+    guard::guard();
     check_block_sums_exact(WType::Q4_0, 4);
 }
 
@@ -526,19 +526,19 @@ fn check_single_block(wtype: WType, seed: u64) {
 
 #[test]
 fn matvec_q8_single_block_exact() {
-    isa::guard();
+    guard::guard();
     check_single_block(WType::Q8_0, 5);
 }
 
 #[test]
 fn matvec_q4_single_block_exact() {
-    isa::guard();
+    guard::guard();
     check_single_block(WType::Q4_0, 6);
 }
 
 #[test]
 fn matvec_extreme_products() {
-    isa::guard();
+    guard::guard();
     // Every product at ±127² (Q8) or −8·±127 (Q4): the int16 pair sums of
     // pmaddubsw are at their largest, 2·127² = 32258.
     for (wq, xq, want) in [
@@ -585,7 +585,7 @@ fn matvec_extreme_products() {
 
 #[test]
 fn matvec_on_quantized_real_data() {
-    isa::guard();
+    guard::guard();
     // The path the model takes: floats quantized by the library, then matvec.
     let mut rng = Rng::new(7);
     for wtype in [WType::Q8_0, WType::Q4_0] {
@@ -649,7 +649,7 @@ fn assert_quantize_identical(what: &str, x: &[f32], q_len: usize, d_len: usize) 
 
 #[test]
 fn quantize_q8_bit_identical_random() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(8);
     for &k in KS {
         for scale in [1e-30f32, 1e-3, 1.0, 7.5, 1e6, 1e30] {
@@ -666,7 +666,7 @@ fn quantize_q8_bit_identical_random() {
 
 #[test]
 fn quantize_q8_bit_identical_edges() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(9);
     let mut cases: Vec<(&str, Vec<f32>)> = vec![
         ("zeros", vec![0.0; 64]),
@@ -757,7 +757,7 @@ const NS: &[usize] = if cfg!(miri) {
 
 #[test]
 fn rmsnorm_matches_scalar() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(10);
     for &n in NS.iter().filter(|&&n| n > 0) {
         for a in [1e-3f32, 1.0, 100.0] {
@@ -773,7 +773,7 @@ fn rmsnorm_matches_scalar() {
 
 #[test]
 fn softmax_matches_scalar() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(11);
     for &n in NS {
         for (lo, hi) in [(-1.0f32, 1.0), (-20.0, 20.0), (-200.0, 50.0), (1000.0, 1010.0)] {
@@ -796,7 +796,7 @@ fn softmax_matches_scalar() {
 
 #[test]
 fn silu_mul_matches_scalar() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(12);
     for &n in NS {
         for a in [1.0f32, 10.0, 100.0] {
@@ -819,7 +819,7 @@ fn silu_mul_matches_scalar() {
 
 #[test]
 fn add_and_axpy_match_scalar() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(13);
     for &n in NS {
         let y0 = floats(&mut rng, n, 5.0);
@@ -853,7 +853,7 @@ fn add_and_axpy_match_scalar() {
 
 #[test]
 fn dot_f32_matches_scalar() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(14);
     for &n in NS {
         for a in [1e-3f32, 1.0, 1e3] {
@@ -880,7 +880,7 @@ fn dot_f32_matches_scalar() {
 /// transformer computed before they were fused, so goldens do not move).
 #[test]
 fn attention_rows_match_scalar_and_per_row_kernels() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(16);
     let shapes: &[(usize, usize, usize)] = if cfg!(miri) {
         &[(0, 8, 8), (3, 64, 64), (2, 9, 20)]
@@ -949,7 +949,7 @@ fn attention_rows_match_scalar_and_per_row_kernels() {
 #[test]
 #[should_panic(expected = "attention rows")]
 fn attention_rows_past_the_cache_panic_before_reading() {
-    isa::guard();
+    guard::guard();
     let rows = vec![1.0f32; 100];
     let mut out = vec![0.0f32; 2];
     // Row 1 would end at 64 + 64 = 128 > 100.
@@ -958,7 +958,7 @@ fn attention_rows_past_the_cache_panic_before_reading() {
 
 #[test]
 fn rope_matches_scalar() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(15);
     let (shapes, positions): (&[(usize, usize, usize)], &[usize]) = if cfg!(miri) {
         (&[(2, 1, 1), (10, 2, 2), (16, 2, 2)], &[0, 17])
@@ -1075,28 +1075,28 @@ fn check_exp(tier: &str, exp_in_place: fn(&mut [f32]), flushes: bool) {
 #[cfg(all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")))]
 #[test]
 fn sse2_exp_accuracy() {
-    isa::guard();
+    guard::guard();
     check_exp("sse2", kernels::sse2::exp_in_place, false);
 }
 
 #[cfg(all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")))]
 #[test]
 fn avx2_exp_accuracy() {
-    isa::guard();
+    guard::guard();
     check_exp("avx2", kernels::avx2::exp_in_place, false);
 }
 
 #[cfg(all(feature = "isa-neon", target_arch = "aarch64"))]
 #[test]
 fn neon_exp_accuracy() {
-    isa::guard();
+    guard::guard();
     check_exp("neon (AArch64)", kernels::neon::exp_in_place, false);
 }
 
 #[cfg(all(feature = "isa-neon", target_arch = "arm"))]
 #[test]
 fn neon_exp_accuracy() {
-    isa::guard();
+    guard::guard();
     check_exp("neon (ARMv7)", kernels::neon::exp_in_place, true);
 }
 
@@ -1137,7 +1137,7 @@ fn check_matvec_bits(ks: &[usize], seed: u64) {
 #[cfg(feature = "isa-neon")]
 #[test]
 fn arm_matvec_bit_identical_to_scalar() {
-    isa::guard();
+    guard::guard();
     check_matvec_bits(&[32, 64, 96, 160, 288, 4096], 16);
 }
 
@@ -1146,7 +1146,7 @@ fn arm_matvec_bit_identical_to_scalar() {
 #[cfg(all(feature = "isa-neon", target_arch = "aarch64"))]
 #[test]
 fn aarch64_elementwise_bit_identical_to_scalar() {
-    isa::guard();
+    guard::guard();
     let mut rng = Rng::new(17);
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     for &n in NS {
@@ -1184,7 +1184,7 @@ fn aarch64_elementwise_bit_identical_to_scalar() {
 #[cfg(all(feature = "isa-sve", target_arch = "aarch64"))]
 #[test]
 fn sve_matvec_at_this_vector_length() {
-    isa::guard();
+    guard::guard();
     // SAFETY: the guard has verified SVE.
     let bytes = unsafe { kernels::sve::vector_bytes() };
     println!("SVE vector length: {} bits", bytes * 8);

@@ -22,7 +22,7 @@ fn the_counter_sees_an_allocation() {
 
 #[test]
 fn decode_steps_allocate_nothing() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     for wtype in [WType::Q8_0, WType::Q4_0] {
         let cfg = if cfg!(miri) {
             // Miri interprets every instruction: a smaller model, fewer steps.

@@ -57,7 +57,7 @@ pub fn ml_command(args: &[&str]) -> Command {
     // This binary may run no kernel before it starts `ml`, but on a CPU the
     // build does not support it must refuse itself (exit 7), not fail
     // because the `ml` it started was refused.
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     let mut cmd = match runner().split_first() {
         Some((program, rest)) => {
             let mut c = Command::new(program);

@@ -14,7 +14,7 @@ use legacy_ml::model::Model;
 #[cfg(not(feature = "threads"))]
 #[test]
 fn without_the_feature_every_transformer_runs_on_one_thread() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     let bytes = GenConfig {
         dim: 64,
         n_layers: 1,
@@ -51,7 +51,7 @@ fn logits_bits(model: &Model, threads: usize, tokens: &[u32]) -> Vec<Vec<u32>> {
 #[cfg(feature = "threads")]
 #[test]
 fn thread_counts_give_bit_identical_logits() {
-    legacy_ml::core::isa::guard();
+    legacy_ml::guard::guard();
     // Miri (which checks the pool for data races) interprets every
     // instruction: the same two shapes, smaller, for two positions.
     let (steps, counts): (u32, &[usize]) = if cfg!(miri) { (2, &[3]) } else { (40, &[2, 3, 5]) };

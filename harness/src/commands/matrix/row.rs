@@ -295,8 +295,11 @@ fn build_and_run(sh: &Shell, ctx: &Ctx, plan: &RowPlan) -> RowReport {
 /// tier's needs by the tables when `ml isa` reported nothing).
 fn audit_ml(sh: &Shell, ctx: &Ctx, plan: &RowPlan, ml: &Path, report: &mut RowReport) {
     let row = plan.row;
-    ctx.progress
-        .step(&row.name, &format!("audit ({} -d)", plan.spec.objdump));
+    let decoder = match plan.arch {
+        Arch::X86_64 | Arch::X86 => "iced-x86".to_string(),
+        Arch::Aarch64 | Arch::Arm => format!("{} -d", plan.spec.objdump),
+    };
+    ctx.progress.step(&row.name, &format!("audit ({decoder})"));
     let t = Instant::now();
     let guard = if report.guard_needs.is_empty() && plan.tier.name != "scalar" {
         plan.tier_needs.iter().map(|s| s.to_string()).collect()

@@ -118,7 +118,7 @@ impl Matrices {
             d: bytes_as_f32(&self.d.as_bytes()[i * d_len..(i + 1) * d_len])?,
             // Read as the model's matrices are (see Model::open). The bytes
             // are random, so packing them would only permute them.
-            packed: legacy_ml::core::isa::streaming().pack_row_groups,
+            packed: legacy_ml::model::streaming::streaming().pack_row_groups,
         })
     }
 }

@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 /// How the matrices of a model read into memory, and the kernel rows' own,
-/// are laid out on this CPU (`core::isa::streaming`).
+/// are laid out on this CPU (`model::streaming::streaming`).
 fn matrix_order() -> &'static str {
     match (
-        legacy_ml::core::isa::streaming().pack_row_groups,
+        legacy_ml::model::streaming::streaming().pack_row_groups,
         kernels::PACKS_ROW_GROUPS,
     ) {
         (true, _) => "matrices packed in four-row groups",
@@ -117,7 +117,7 @@ fn json_value<'a>(report: &'a Report, tier: &'a str, packed: bool) -> JsonReport
 
 /// One line of JSON.
 pub(super) fn json(out: &mut dyn Write, report: &Report) -> Result<()> {
-    let v = json_value(report, kernels::TIER, legacy_ml::core::isa::streaming().pack_row_groups);
+    let v = json_value(report, kernels::TIER, legacy_ml::model::streaming::streaming().pack_row_groups);
     let text = serde_json::to_string(&v).expect("serialising plain structs cannot fail");
     writeln!(out, "{text}").map_err(stdout_error)
 }
