@@ -83,11 +83,22 @@ pub fn tokenizer_input(data: &[u8]) -> TokenizerInput<'_> {
 /// | f32 LE | top_p |
 /// | u64 LE | seed |
 /// | u8 | mode: bit 0 makes every logit equal to the first; bit 1 puts NaN at index `mode >> 3`; bit 2 +inf there |
+/// | u16 LE | top_k |
+/// | f32 LE | min_p |
+/// | f32 LE | repeat_penalty |
+/// | u8 | repeat_last_n |
+/// | u8 | h: how many tokens the sampler has seen before |
+/// | h × u16 LE | those tokens (any ids, in range of the logits or not) |
 /// | the rest | logits, f32 LE each (a ragged tail is dropped) |
 pub struct SamplerInput {
     pub temperature: f32,
     pub top_p: f32,
     pub seed: u64,
+    pub top_k: usize,
+    pub min_p: f32,
+    pub repeat_penalty: f32,
+    pub repeat_last_n: usize,
+    pub seen: Vec<u32>,
     pub logits: Vec<f32>,
 }
 
@@ -97,6 +108,14 @@ pub fn sampler_input(data: &[u8]) -> SamplerInput {
     let top_p = f32::from_le_bytes(c.array());
     let seed = u64::from_le_bytes(c.array());
     let mode = c.u8();
+    let top_k = usize::from(u16::from_le_bytes(c.array()));
+    let min_p = f32::from_le_bytes(c.array());
+    let repeat_penalty = f32::from_le_bytes(c.array());
+    let repeat_last_n = usize::from(c.u8());
+    let seen_len = usize::from(c.u8());
+    let seen = (0..seen_len)
+        .map(|_| u32::from(u16::from_le_bytes(c.array())))
+        .collect();
     let mut logits: Vec<f32> = c
         .rest
         .chunks_exact(4)
@@ -119,6 +138,11 @@ pub fn sampler_input(data: &[u8]) -> SamplerInput {
         temperature,
         top_p,
         seed,
+        top_k,
+        min_p,
+        repeat_penalty,
+        repeat_last_n,
+        seen,
         logits,
     }
 }

@@ -8,6 +8,7 @@ mod run;
 mod sys;
 
 use clap::{Parser, Subcommand};
+use legacy_ml::model::sampler::SamplerOptions;
 use legacy_ml::{MlError, Result};
 use std::path::PathBuf;
 
@@ -98,6 +99,68 @@ fn or_none(list: &[&str]) -> String {
 
 pub fn join_ids(ids: &[u32]) -> String {
     ids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ")
+}
+
+const SAMPLING: &str = "Sampling (llama.cpp's chain, in this order, and its defaults)";
+
+/// The sampling options of `run` and `chat`: llama.cpp's chain (repetition
+/// penalty, top-k, top-p, min-p, temperature, then the draw) and its
+/// defaults.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// First, penalise every token among the last --repeat-last-n (prompt
+    /// included): a positive logit is divided by the penalty, a negative
+    /// one multiplied; 1 is off (llama.cpp users often take 1.1).
+    #[arg(help_heading = SAMPLING, long, default_value_t = SamplerOptions::LLAMA_CPP.repeat_penalty, allow_negative_numbers = true, value_parser = repeat_penalty)]
+    pub repeat_penalty: f32,
+    /// How many of the latest tokens the repetition penalty looks at; 0 is
+    /// off.
+    #[arg(help_heading = SAMPLING, long, default_value_t = SamplerOptions::LLAMA_CPP.repeat_last_n)]
+    pub repeat_last_n: usize,
+    /// Then keep only the K most probable tokens; 0 keeps all.
+    #[arg(help_heading = SAMPLING, short = 'k', long, default_value_t = SamplerOptions::LLAMA_CPP.top_k)]
+    pub top_k: usize,
+    /// Then keep the most probable tokens until their probability mass
+    /// reaches P, in (0, 1]; 1 keeps all.
+    #[arg(help_heading = SAMPLING, short = 'p', long, default_value_t = SamplerOptions::LLAMA_CPP.top_p, allow_negative_numbers = true, value_parser = top_p)]
+    pub top_p: f32,
+    /// Then keep the tokens at least P times as probable as the most
+    /// probable one, in [0, 1]; 0 keeps all.
+    #[arg(help_heading = SAMPLING, long, default_value_t = SamplerOptions::LLAMA_CPP.min_p, allow_negative_numbers = true, value_parser = min_p)]
+    pub min_p: f32,
+    /// Last, divide the logits left by the temperature and draw; a finite
+    /// number ≥ 0, 0 is greedy.
+    #[arg(help_heading = SAMPLING, short = 't', long = "temp", default_value_t = SamplerOptions::LLAMA_CPP.temperature, allow_negative_numbers = true, value_parser = temperature)]
+    pub temperature: f32,
+}
+
+impl SamplingArgs {
+    pub fn options(&self) -> SamplerOptions {
+        SamplerOptions {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+        }
+    }
+}
+
+/// `--min-p`: a probability ratio in [0, 1].
+pub fn min_p(s: &str) -> std::result::Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err("must be in [0, 1] (0 disables min-p)".to_string()),
+    }
+}
+
+/// `--repeat-penalty`: a finite number > 0.
+pub fn repeat_penalty(s: &str) -> std::result::Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(p) if p.is_finite() && p > 0.0 => Ok(p),
+        _ => Err("must be a finite number > 0 (1 disables the penalty)".to_string()),
+    }
 }
 
 /// `--temp`: a finite number ≥ 0.

@@ -30,12 +30,8 @@ pub struct RunArgs {
     /// Tokens to generate, at least 1; capped by the context.
     #[arg(short = 'n', long, default_value_t = 256, allow_negative_numbers = true, value_parser = super::count)]
     steps: usize,
-    /// Sampling temperature, a finite number ≥ 0; 0 is greedy.
-    #[arg(short = 't', long = "temp", default_value_t = 1.0, allow_negative_numbers = true, value_parser = super::temperature)]
-    temperature: f32,
-    /// Nucleus sampling mass, in (0, 1]; 1 disables it.
-    #[arg(short = 'p', long, default_value_t = 0.9, allow_negative_numbers = true, value_parser = super::top_p)]
-    top_p: f32,
+    #[command(flatten)]
+    sampling: super::SamplingArgs,
     /// RNG seed; the same seed and model give the same tokens (default: from the clock).
     #[arg(short = 's', long)]
     seed: Option<u64>,
@@ -82,7 +78,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         );
     }
     let seed = a.seed.unwrap_or_else(clock_seed);
-    let mut sampler = Sampler::new(tf.header().vocab as usize, a.temperature, a.top_p, seed);
+    let mut sampler = Sampler::with_options(tf.header().vocab as usize, a.sampling.options(), seed);
     if !sampler.is_greedy() && a.seed.is_none() {
         note!("seed: {seed}");
     }
@@ -109,6 +105,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     // counted must execute the same ones every time.
     let clock = || (!a.no_stats).then(Instant::now);
     let start = clock();
+    sampler.accept(&prompt);
     let mut next = sampler.sample(tf.prefill(&prompt)?)?;
     let prefill_time = start.map(|s| s.elapsed());
     let mut prev = *prompt.last().unwrap_or(&1);
@@ -190,12 +187,8 @@ pub struct ChatArgs {
     /// Most tokens per reply, at least 1.
     #[arg(short = 'n', long, default_value_t = 512, allow_negative_numbers = true, value_parser = super::count)]
     steps: usize,
-    /// Sampling temperature, a finite number ≥ 0; 0 is greedy.
-    #[arg(short = 't', long = "temp", default_value_t = 1.0, allow_negative_numbers = true, value_parser = super::temperature)]
-    temperature: f32,
-    /// Nucleus sampling mass, in (0, 1]; 1 disables it.
-    #[arg(short = 'p', long, default_value_t = 0.9, allow_negative_numbers = true, value_parser = super::top_p)]
-    top_p: f32,
+    #[command(flatten)]
+    sampling: super::SamplingArgs,
     /// RNG seed; the same seed, model and input give the same replies (default: from the clock).
     #[arg(short = 's', long)]
     seed: Option<u64>,
@@ -238,7 +231,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
     let vocab = model.header().vocab as usize;
     check_vocab(&tok, &a.tokenizer, vocab)?;
     let seed = a.seed.unwrap_or_else(clock_seed);
-    let mut sampler = Sampler::new(vocab, a.temperature, a.top_p, seed);
+    let mut sampler = Sampler::with_options(vocab, a.sampling.options(), seed);
     if !sampler.is_greedy() && a.seed.is_none() {
         note!("seed: {seed}");
     }
@@ -305,6 +298,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         interrupted.store(false, Ordering::SeqCst);
         let start = Instant::now();
         let mut next = 0;
+        sampler.accept(&feed);
         for (k, &t) in feed.iter().enumerate() {
             let logits = tf.forward(t, pos + k)?;
             if k + 1 == feed.len() {

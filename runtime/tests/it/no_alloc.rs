@@ -5,7 +5,7 @@
 use crate::alloc_probe::allocations_during;
 use legacy_ml::core::tensor::WType;
 use legacy_ml::model::gen::GenConfig;
-use legacy_ml::model::sampler::Sampler;
+use legacy_ml::model::sampler::{Sampler, SamplerOptions};
 use legacy_ml::model::transformer::Transformer;
 use legacy_ml::model::Model;
 
@@ -46,7 +46,12 @@ fn decode_steps_allocate_nothing() {
         // With feature `threads` the pool runs too (2 threads); without it
         // the count is ignored.
         let mut tf = Transformer::with_threads(&model, 2).unwrap();
-        let mut sampler = Sampler::new(cfg.vocab as usize, 0.8, 0.9, 7);
+        // llama.cpp's whole chain, the repetition penalty's window included.
+        let options = SamplerOptions {
+            repeat_penalty: 1.1,
+            ..SamplerOptions::LLAMA_CPP
+        };
+        let mut sampler = Sampler::with_options(cfg.vocab as usize, options, 7);
         let mut token = 1;
         let n = allocations_during(|| {
             for pos in 0..cfg.max_seq as usize {
