@@ -795,15 +795,7 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
 // ---------------------------------------------------------------------------
 // quantize_q8
 
-pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
-    // As the scalar kernel's zip: whole blocks that all three slices hold.
-    let blocks = (x.len() / QK).min(q.len() / QK).min(d.len());
-    for b in 0..blocks {
-        let (xb, qb) = (&x[b * QK..(b + 1) * QK], &mut q[b * QK..(b + 1) * QK]);
-        // SAFETY: AVX-512F verified by the guard; both slices are exactly QK long.
-        d[b] = unsafe { quantize_block(qb.as_mut_ptr(), xb.as_ptr()) };
-    }
-}
+quantize_by_blocks!();
 
 /// One block (two registers), bit-identical to `quant::quantize_block_q8`
 /// for every input (NaN and infinities included): amax and id are computed

@@ -20,8 +20,6 @@ use std::arch::x86::*;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use crate::core::quant::QK;
-
 pub const TIER: &str = "sse2";
 pub const REQUIRED_FEATURES: &[&str] = &["sse2"];
 
@@ -121,15 +119,7 @@ matvec_by_row_groups!("sse2");
 // ---------------------------------------------------------------------------
 // quantize_q8
 
-pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
-    // As the scalar kernel's zip: whole blocks that all three slices hold.
-    let blocks = (x.len() / QK).min(q.len() / QK).min(d.len());
-    for b in 0..blocks {
-        let (xb, qb) = (&x[b * QK..(b + 1) * QK], &mut q[b * QK..(b + 1) * QK]);
-        // SAFETY: SSE2 verified by the guard; both slices are exactly QK long.
-        d[b] = unsafe { quantize_block(qb.as_mut_ptr(), xb.as_ptr()) };
-    }
-}
+quantize_by_blocks!();
 
 /// One block, bit-identical to `quant::quantize_block_q8` for every input
 /// (NaN and infinities included): amax and id are computed in the same
@@ -207,26 +197,6 @@ fn exp_ps(x: __m128) -> __m128 {
 
 use super::exp_poly::{EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO};
 
-/// e^x of each element, in place: the polynomial the float kernels use,
-/// exposed so the tests can hold it to spec §5's 1e-6.
-#[doc(hidden)]
-pub fn exp_in_place(v: &mut [f32]) {
-    for c in v.chunks_mut(4) {
-        let mut buf = [0.0f32; 4];
-        buf[..c.len()].copy_from_slice(c);
-        // SAFETY: SSE2 verified by the guard; buf holds four floats.
-        unsafe { exp4(buf.as_mut_ptr()) };
-        c.copy_from_slice(&buf[..c.len()]);
-    }
-}
-
-/// Safety: SSE2; `p` valid for four floats.
-#[target_feature(enable = "sse2")]
-unsafe fn exp4(p: *mut f32) {
-    // SAFETY: the caller upholds this function's contract (above).
-    unsafe { _mm_storeu_ps(p, exp_ps(_mm_loadu_ps(p))) }
-}
-
 // ---------------------------------------------------------------------------
 // Float kernels
 
@@ -273,22 +243,6 @@ unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
     }
 }
 
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    // SAFETY: SSE2 verified by the guard; both slices hold n elements.
-    unsafe { dot(a.as_ptr(), b.as_ptr(), n) }
-}
-
-/// o = x / sqrt(mean(x²) + eps) · w
-pub fn rmsnorm(o: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
-    // SAFETY: SSE2 verified by the guard; x holds x.len() elements.
-    let ss = unsafe { dot(x.as_ptr(), x.as_ptr(), x.len()) } / x.len() as f32;
-    let scale = 1.0 / (ss + eps).sqrt();
-    let n = o.len().min(x.len()).min(w.len());
-    // SAFETY: as above; all three slices hold n elements.
-    unsafe { scale_mul(o.as_mut_ptr(), x.as_ptr(), w.as_ptr(), scale, n) }
-}
-
 /// o[i] = w[i] · (scale · x[i]), the scalar kernel's order.
 ///
 /// Safety: SSE2; pointers valid for n elements.
@@ -312,65 +266,9 @@ unsafe fn scale_mul(o: *mut f32, x: *const f32, w: *const f32, scale: f32, n: us
     }
 }
 
-/// In-place softmax, shifted by the maximum for stability.
-pub fn softmax(x: &mut [f32]) {
-    if x.is_empty() {
-        return;
-    }
-    // SAFETY: SSE2 verified by the guard; pointer and length are x's.
-    unsafe { softmax_sse2(x.as_mut_ptr(), x.len()) }
-}
-
-/// Safety: SSE2; `x` valid for n ≥ 1 elements.
-#[target_feature(enable = "sse2")]
-unsafe fn softmax_sse2(x: *mut f32, n: usize) {
-    // SAFETY: the caller upholds this function's contract (above).
-    unsafe {
-        let mut m = _mm_set1_ps(f32::NEG_INFINITY);
-        let mut i = 0;
-        while i + 4 <= n {
-            m = _mm_max_ps(_mm_loadu_ps(x.add(i)), m);
-            i += 4;
-        }
-        let mut max = hmax_ps(m);
-        for j in i..n {
-            max = max.max(*x.add(j));
-        }
-
-        let mv = _mm_set1_ps(max);
-        let mut acc = _mm_setzero_ps();
-        let mut i = 0;
-        while i + 4 <= n {
-            let e = exp_ps(_mm_sub_ps(_mm_loadu_ps(x.add(i)), mv));
-            _mm_storeu_ps(x.add(i), e);
-            acc = _mm_add_ps(acc, e);
-            i += 4;
-        }
-        let mut sum = hsum_ps(acc);
-        if i < n {
-            // Padding lanes are computed but neither stored nor summed.
-            let mut buf = [0.0f32; 4];
-            for (j, v) in buf.iter_mut().enumerate().take(n - i) {
-                *v = *x.add(i + j) - max;
-            }
-            _mm_storeu_ps(buf.as_mut_ptr(), exp_ps(_mm_loadu_ps(buf.as_ptr())));
-            for (j, &v) in buf.iter().enumerate().take(n - i) {
-                *x.add(i + j) = v;
-                sum += v;
-            }
-        }
-
-        // Divide, as the scalar kernel does, rather than multiply by 1/sum.
-        let sv = _mm_set1_ps(sum);
-        let mut i = 0;
-        while i + 4 <= n {
-            _mm_storeu_ps(x.add(i), _mm_div_ps(_mm_loadu_ps(x.add(i)), sv));
-            i += 4;
-        }
-        for j in i..n {
-            *x.add(j) /= sum;
-        }
-    }
+exp_kernels! {
+    "sse2", __m128, 4;
+    _mm_set1_ps _mm_setzero_ps _mm_loadu_ps _mm_storeu_ps _mm_add_ps _mm_sub_ps _mm_mul_ps _mm_div_ps _mm_max_ps _mm_xor_ps
 }
 
 rope_by_heads!();
@@ -406,44 +304,7 @@ unsafe fn rotate(v: *mut f32, cos: *const f32, sin: *const f32, pairs: usize) {
     }
 }
 
-/// g = silu(g) · u, with silu(v) = v / (1 + e^(−v)).
-pub fn silu_mul(g: &mut [f32], u: &[f32]) {
-    let n = g.len().min(u.len());
-    // SAFETY: SSE2 verified by the guard; both slices hold n elements.
-    unsafe { silu_mul_sse2(g.as_mut_ptr(), u.as_ptr(), n) }
-}
-
-/// Safety: SSE2; pointers valid for n elements.
-#[target_feature(enable = "sse2")]
-unsafe fn silu_mul_sse2(g: *mut f32, u: *const f32, n: usize) {
-    // SAFETY: the caller upholds this function's contract (above).
-    unsafe {
-        let one = _mm_set1_ps(1.0);
-        let silu = |gv: __m128, uv: __m128| {
-            let e = exp_ps(_mm_xor_ps(gv, _mm_set1_ps(-0.0)));
-            _mm_mul_ps(_mm_div_ps(gv, _mm_add_ps(one, e)), uv)
-        };
-        let mut i = 0;
-        while i + 4 <= n {
-            _mm_storeu_ps(g.add(i), silu(_mm_loadu_ps(g.add(i)), _mm_loadu_ps(u.add(i))));
-            i += 4;
-        }
-        if i < n {
-            let (mut gb, mut ub) = ([0.0f32; 4], [0.0f32; 4]);
-            for j in 0..n - i {
-                gb[j] = *g.add(i + j);
-                ub[j] = *u.add(i + j);
-            }
-            _mm_storeu_ps(
-                gb.as_mut_ptr(),
-                silu(_mm_loadu_ps(gb.as_ptr()), _mm_loadu_ps(ub.as_ptr())),
-            );
-            for (j, &v) in gb.iter().enumerate().take(n - i) {
-                *g.add(i + j) = v;
-            }
-        }
-    }
-}
+float_entry_points!(without add);
 
 /// y += x
 pub fn add(y: &mut [f32], x: &[f32]) {
@@ -467,13 +328,6 @@ core::arch::global_asm!(include_str!("sse2/add.S"), options(att_syntax));
 extern "C" {
     /// kernels/sse2/add.S: y[i] += x[i] for i < n (System V x86-64).
     fn ml_k_add_sse2(y: *mut f32, x: *const f32, n: usize);
-}
-
-/// y += a · x
-pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
-    let n = y.len().min(x.len());
-    // SAFETY: SSE2 verified by the guard; both slices hold n elements.
-    unsafe { axpy(y.as_mut_ptr(), Some(a), x.as_ptr(), n) }
 }
 
 /// y += a·x, or y += x without a; multiply then add, as the scalar kernels.

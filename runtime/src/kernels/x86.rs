@@ -145,3 +145,149 @@ macro_rules! matvec_by_row_groups {
         }
     };
 }
+
+/// The kernels built on the tier's `exp_ps`: `softmax`, `silu_mul`, and
+/// `exp_in_place` for the tests, the same passes at any vector width.
+/// Invoked as `exp_kernels! { "features", vector type, lanes; set1 setzero
+/// loadu storeu add sub mul div max xor }` with the tier's intrinsic for
+/// each of those operations; `exp_ps`, `hsum_ps` and `hmax_ps` (safe,
+/// registers only) are the tier's, in scope.
+///
+/// * softmax: max, then e^(x − max) stored and summed, then each divided
+///   by the sum (the scalar kernel divides; 1/sum would round differently).
+///   A partial last vector goes through a buffer: its padding lanes are
+///   computed but neither stored nor summed.
+/// * silu_mul: g = g / (1 + e^(−g)) · u, the last partial vector likewise.
+macro_rules! exp_kernels {
+    (
+        $features:literal, $v:ty, $lanes:literal;
+        $set1:ident $setzero:ident $loadu:ident $storeu:ident $add:ident $sub:ident
+        $mul:ident $div:ident $max:ident $xor:ident
+    ) => {
+        /// e^x of each element, in place: the polynomial the float kernels
+        /// use, exposed so the tests can hold it to spec §5's 1e-6.
+        #[doc(hidden)]
+        pub fn exp_in_place(v: &mut [f32]) {
+            for c in v.chunks_mut($lanes) {
+                let mut buf = [0.0f32; $lanes];
+                buf[..c.len()].copy_from_slice(c);
+                // SAFETY: the tier's features are verified by the guard
+                // (`core::isa`); buf holds one vector.
+                unsafe { exp_vector(buf.as_mut_ptr()) };
+                c.copy_from_slice(&buf[..c.len()]);
+            }
+        }
+
+        /// # Safety
+        ///
+        /// The CPU has the tier's features; `p` is valid for one vector.
+        #[target_feature(enable = $features)]
+        unsafe fn exp_vector(p: *mut f32) {
+            // SAFETY: one vector at p (the contract).
+            unsafe { $storeu(p, exp_ps($loadu(p))) }
+        }
+
+        /// In-place softmax, shifted by the maximum for stability.
+        pub fn softmax(x: &mut [f32]) {
+            if x.is_empty() {
+                return;
+            }
+            // SAFETY: the tier's features are verified by the guard
+            // (`core::isa`); pointer and length are x's.
+            unsafe { softmax_in_place(x.as_mut_ptr(), x.len()) }
+        }
+
+        /// # Safety
+        ///
+        /// The CPU has the tier's features; `x` is valid for n ≥ 1 elements.
+        #[target_feature(enable = $features)]
+        unsafe fn softmax_in_place(x: *mut f32, n: usize) {
+            // SAFETY: every access below is x[j] for j < n (the contract).
+            unsafe {
+                let mut m = $set1(f32::NEG_INFINITY);
+                let mut i = 0;
+                while i + $lanes <= n {
+                    m = $max($loadu(x.add(i)), m);
+                    i += $lanes;
+                }
+                let mut max = hmax_ps(m);
+                for j in i..n {
+                    max = max.max(*x.add(j));
+                }
+
+                let mv = $set1(max);
+                let mut acc = $setzero();
+                let mut i = 0;
+                while i + $lanes <= n {
+                    let e = exp_ps($sub($loadu(x.add(i)), mv));
+                    $storeu(x.add(i), e);
+                    acc = $add(acc, e);
+                    i += $lanes;
+                }
+                let mut sum = hsum_ps(acc);
+                if i < n {
+                    let mut buf = [0.0f32; $lanes];
+                    for (j, v) in buf.iter_mut().enumerate().take(n - i) {
+                        *v = *x.add(i + j) - max;
+                    }
+                    $storeu(buf.as_mut_ptr(), exp_ps($loadu(buf.as_ptr())));
+                    for (j, &v) in buf.iter().enumerate().take(n - i) {
+                        *x.add(i + j) = v;
+                        sum += v;
+                    }
+                }
+
+                let sv = $set1(sum);
+                let mut i = 0;
+                while i + $lanes <= n {
+                    $storeu(x.add(i), $div($loadu(x.add(i)), sv));
+                    i += $lanes;
+                }
+                for j in i..n {
+                    *x.add(j) /= sum;
+                }
+            }
+        }
+
+        /// g = silu(g) · u, with silu(v) = v / (1 + e^(−v)).
+        pub fn silu_mul(g: &mut [f32], u: &[f32]) {
+            let n = g.len().min(u.len());
+            // SAFETY: the tier's features are verified by the guard
+            // (`core::isa`); both slices hold n elements.
+            unsafe { silu_mul_in_place(g.as_mut_ptr(), u.as_ptr(), n) }
+        }
+
+        /// # Safety
+        ///
+        /// The CPU has the tier's features; `g` and `u` are valid for n
+        /// elements.
+        #[target_feature(enable = $features)]
+        unsafe fn silu_mul_in_place(g: *mut f32, u: *const f32, n: usize) {
+            let one = $set1(1.0);
+            let silu = |gv: $v, uv: $v| {
+                let e = exp_ps($xor(gv, $set1(-0.0)));
+                $mul($div(gv, $add(one, e)), uv)
+            };
+            // SAFETY: every access below is g[j] or u[j] for j < n (the
+            // contract).
+            unsafe {
+                let mut i = 0;
+                while i + $lanes <= n {
+                    $storeu(g.add(i), silu($loadu(g.add(i)), $loadu(u.add(i))));
+                    i += $lanes;
+                }
+                if i < n {
+                    let (mut gb, mut ub) = ([0.0f32; $lanes], [0.0f32; $lanes]);
+                    for j in 0..n - i {
+                        gb[j] = *g.add(i + j);
+                        ub[j] = *u.add(i + j);
+                    }
+                    $storeu(gb.as_mut_ptr(), silu($loadu(gb.as_ptr()), $loadu(ub.as_ptr())));
+                    for (j, &v) in gb.iter().enumerate().take(n - i) {
+                        *g.add(i + j) = v;
+                    }
+                }
+            }
+        }
+    };
+}
