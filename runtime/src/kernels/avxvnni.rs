@@ -25,6 +25,7 @@ pub const TIER: &str = "avxvnni";
 pub const REQUIRED_FEATURES: &[&str] = &[
     "sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "fma", "avx2", "avx_vnni",
 ];
+
 matvec_entry_points!();
 
 /// Integer dot of a weight block with an activation block: eight int32
