@@ -493,7 +493,7 @@ unsafe fn assume_init<T>(slots: &[std::mem::MaybeUninit<T>], n: usize) -> &[T] {
 /// Q4 quads for a group: four rows × four blocks make one 16-lane vector
 /// of int32 sums, lane group L for block b+L, each lane a running
 /// fma(sumi·dw, dx, acc) of its own. `hoisted`: the quads prepared once
-/// per call, when they fit.
+/// per call, when they fit (empty when not).
 ///
 /// # Safety
 ///
@@ -501,12 +501,7 @@ unsafe fn assume_init<T>(slots: &[std::mem::MaybeUninit<T>], n: usize) -> &[T] {
 /// the group lies in it; quads = nb / 4.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn group_quads<const PACKED: bool>(
-    g: Group<PACKED>,
-    act: Act,
-    quads: usize,
-    hoisted: Option<&[XQuadQ4]>,
-) -> __m512 {
+unsafe fn group_quads<const PACKED: bool>(g: Group<PACKED>, act: Act, quads: usize, hoisted: &[XQuadQ4]) -> __m512 {
     let bb = Q4_BLOCK_BYTES;
     let mut acc4 = _mm512_setzero_ps();
     for qd in 0..quads {
@@ -519,7 +514,7 @@ unsafe fn group_quads<const PACKED: bool>(
         // SAFETY: blocks b..b+4 of the activation and of the group's rows
         // exist (b + 4 ≤ 4·quads ≤ nb), with their scales.
         let (sumi, dw, xb) = unsafe {
-            let xb = match hoisted.and_then(|h| h.get(qd)) {
+            let xb = match hoisted.get(qd) {
                 Some(&xb) => xb,
                 None => x_quad_q4(act.q.add(b * QK), act.d.add(b)),
             };
@@ -538,7 +533,8 @@ unsafe fn group_quads<const PACKED: bool>(
 
 /// Block pairs for a group, from block `first`: [even-block sums, odd-block
 /// sums] of the four rows, each lane a running fma(sumi·dw, dx, acc).
-/// `hoisted`: Q8_0's pairs (with their scales) prepared once per call.
+/// `hoisted`: Q8_0's pairs (with their scales) prepared once per call
+/// (empty when not).
 ///
 /// # Safety
 ///
@@ -550,7 +546,7 @@ unsafe fn group_pairs<const Q4: bool, const PACKED: bool>(
     act: Act,
     first: usize,
     pairs: usize,
-    hoisted: Option<&[(XPair, __m256)]>,
+    hoisted: &[(XPair, __m256)],
 ) -> __m256 {
     let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
     let mut acc = _mm256_setzero_ps();
@@ -570,7 +566,7 @@ unsafe fn group_pairs<const Q4: bool, const PACKED: bool>(
                 );
                 (sumi, g.dw4x2(b), act.dx2(b))
             } else {
-                let (xb, dx) = match hoisted.and_then(|h| h.get(p)) {
+                let (xb, dx) = match hoisted.get(p) {
                     Some(&pair) => pair,
                     None => (act.pair(b), act.dx2(b)),
                 };
@@ -743,23 +739,29 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
     // Every row group reads the same activation quads (Q4) or pairs with
     // their scales (Q8_0): prepare them once.
     let mut xquads = [std::mem::MaybeUninit::<XQuadQ4>::uninit(); MAX_HOISTED_QUADS];
-    let hoisted_quads = (quads <= MAX_HOISTED_QUADS).then(|| {
+    // Loops in this function, not closures: as `.then(|| …)` closures they
+    // were not inlined, and Q8_0 in cache lost 2% (`ml bench --shape`).
+    let hoisted_quads = if quads <= MAX_HOISTED_QUADS {
         for (qd, slot) in xquads[..quads].iter_mut().enumerate() {
             // SAFETY: blocks 4·qd..4·qd+4 exist (4·quads ≤ nb).
             slot.write(unsafe { x_quad_q4(act.q.add(4 * qd * QK), act.d.add(4 * qd)) });
         }
         // SAFETY: slots 0..quads were written just above.
         unsafe { assume_init(&xquads, quads) }
-    });
+    } else {
+        &[]
+    };
     let mut xpairs = [std::mem::MaybeUninit::<(XPair, __m256)>::uninit(); MAX_HOISTED_PAIRS];
-    let hoisted_pairs = (!Q4 && pairs <= MAX_HOISTED_PAIRS).then(|| {
+    let hoisted_pairs = if !Q4 && pairs <= MAX_HOISTED_PAIRS {
         for (p, slot) in xpairs[..pairs].iter_mut().enumerate() {
             // SAFETY: blocks 2p and 2p+1 exist (Q8_0: 2·pairs ≤ nb).
             slot.write(unsafe { (act.pair(2 * p), act.dx2(2 * p)) });
         }
         // SAFETY: slots 0..pairs were written just above.
         unsafe { assume_init(&xpairs, pairs) }
-    });
+    } else {
+        &[]
+    };
     let mut r = r0;
     while r + 4 <= r1 {
         let g = Group::<PACKED> { wq, wd, stride, nb, r };
