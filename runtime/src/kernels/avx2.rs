@@ -1,4 +1,4 @@
-//! AVX2 + FMA tier: Haswell, Zen and later. Implements all ten kernels with
+//! AVX2 + FMA tier: Haswell, Zen and later. Implements all twelve kernels with
 //! 256-bit vectors.
 //!
 //! Integer dot (spec §5): the SSE4.1 strategy at 256 bits, one whole block
@@ -17,28 +17,9 @@ use std::arch::x86::*;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::prefetch;
-use crate::core::quant::{Q4_BLOCK_BYTES, QK};
-use crate::core::tensor::QAct;
-
 pub const TIER: &str = "avx2";
 /// `avx2` and `fma` imply avx, sse4.2 … sse2 for the code generator.
 pub const REQUIRED_FEATURES: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "fma", "avx2"];
-/// Kernels this module implements itself (it falls back on nothing).
-pub const PROVIDES: &[&str] = &[
-    "matvec_q8",
-    "matvec_q4",
-    "quantize_q8",
-    "rmsnorm",
-    "softmax",
-    "rope",
-    "silu_mul",
-    "add",
-    "dot_f32",
-    "axpy_f32",
-    "attn_scores",
-    "attn_mix",
-];
 
 // ---------------------------------------------------------------------------
 // Integer path: matvec_q8, matvec_q4
@@ -46,114 +27,90 @@ pub const PROVIDES: &[&str] = &[
 matvec_entry_points!();
 
 /// One weight block as 32 int8; Q4 nibbles unpacked (low nibbles are
-/// elements 0–15, high nibbles 16–31) and re-centred.
+/// elements 0–15, high nibbles 16–31) and re-centred. Shared with the
+/// avxvnni tier and avx512vnni's odd last block.
+///
+/// # Safety
+///
+/// `p` is readable for one block (QK bytes, Q4: Q4_BLOCK_BYTES).
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn load_w<const Q4: bool>(p: *const u8) -> __m256i {
+pub(super) unsafe fn load_w<const Q4: bool>(p: *const u8) -> __m256i {
     if Q4 {
-        let packed = _mm_loadu_si128(p.cast());
+        // SAFETY: a Q4 block is 16 bytes (the caller's contract).
+        let packed = unsafe { _mm_loadu_si128(p.cast()) };
         let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
         _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8))
     } else {
-        _mm256_loadu_si256(p.cast())
+        // SAFETY: a Q8 block is 32 bytes (the caller's contract).
+        unsafe { _mm256_loadu_si256(p.cast()) }
     }
 }
 
-/// Integer dot of a weight block with an activation block given as (|x|, x):
-/// eight int32 partials.
+/// An activation block as (|x|, x): vpsignb moves x's sign onto the weight,
+/// so the unsigned × signed multiply sees |x|.
+#[derive(Clone, Copy)]
+pub(super) struct XBlock {
+    pub(super) abs: __m256i,
+    pub(super) x: __m256i,
+}
+
+/// # Safety
+///
+/// `p` is readable for QK bytes.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn block_dot(w: __m256i, xabs: __m256i, x: __m256i) -> __m256i {
-    let pairs = _mm256_maddubs_epi16(xabs, _mm256_sign_epi8(w, x));
+pub(super) unsafe fn load_x(p: *const i8) -> XBlock {
+    // SAFETY: QK = 32 bytes, readable by the caller's contract.
+    let x = unsafe { _mm256_loadu_si256(p.cast()) };
+    XBlock {
+        abs: _mm256_abs_epi8(x),
+        x,
+    }
+}
+
+/// The block's weights with the activation's signs: the signed operand of
+/// an unsigned × signed byte multiply whose unsigned operand is |x|.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn signed_w(w: __m256i, x: &XBlock) -> __m256i {
+    _mm256_sign_epi8(w, x.x)
+}
+
+/// Integer dot of a weight block with an activation block: eight int32
+/// partials.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn block_dot(w: __m256i, x: &XBlock) -> __m256i {
+    let pairs = _mm256_maddubs_epi16(x.abs, signed_w(w, x));
     _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
 }
 
 /// [Σa, Σb, Σc, Σd] of four vectors of eight int32.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn hsum4_epi32(a: __m256i, b: __m256i, c: __m256i, d: __m256i) -> __m128i {
+pub(super) fn hsum4(a: __m256i, b: __m256i, c: __m256i, d: __m256i) -> __m128i {
     let h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
 }
 
+/// Σ of eight int32.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
+pub(super) fn hsum1(v: __m256i) -> i32 {
     let v = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     let v = _mm_hadd_epi32(v, v);
     _mm_cvtsi128_si32(_mm_hadd_epi32(v, v))
 }
 
-/// Rows four at a time, each activation block loaded once for all four,
-/// then a row-at-a-time tail. Each row computes sum = fma(sumi·dw, dx, sum)
-/// over its blocks in order, in the group and in the tail alike, so a row's
-/// result does not depend on how [r0, r1) splits into groups.
-///
-/// Safety: AVX2 + FMA; `check_matvec` has accepted these arguments.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn matvec<const Q4: bool>(
-    y: *mut f32,
-    wq: *const u8,
-    wd: *const f32,
-    x: &QAct,
-    nb: usize,
-    stride: usize,
-    r0: usize,
-    r1: usize,
-) {
-    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
-    let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
-    let mut r = r0;
-    while r + 4 <= r1 {
-        let row = |j: usize| wq.add((r + j) * stride);
-        let mut acc = _mm_setzero_ps();
-        for b in 0..nb {
-            prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
-            let xv = _mm256_loadu_si256(xq.add(b * QK).cast());
-            let xabs = _mm256_abs_epi8(xv);
-            let sumi = hsum4_epi32(
-                block_dot(load_w::<Q4>(row(0).add(b * bb)), xabs, xv),
-                block_dot(load_w::<Q4>(row(1).add(b * bb)), xabs, xv),
-                block_dot(load_w::<Q4>(row(2).add(b * bb)), xabs, xv),
-                block_dot(load_w::<Q4>(row(3).add(b * bb)), xabs, xv),
-            );
-            let dw = _mm_set_ps(
-                *wd.add((r + 3) * nb + b),
-                *wd.add((r + 2) * nb + b),
-                *wd.add((r + 1) * nb + b),
-                *wd.add(r * nb + b),
-            );
-            acc = _mm_fmadd_ps(_mm_mul_ps(_mm_cvtepi32_ps(sumi), dw), _mm_set1_ps(*xd.add(b)), acc);
-        }
-        _mm_storeu_ps(y.add(r - r0), acc);
-        r += 4;
-    }
-    while r < r1 {
-        let row = wq.add(r * stride);
-        let mut sum = 0.0f32;
-        for b in 0..nb {
-            let xv = _mm256_loadu_si256(xq.add(b * QK).cast());
-            let sumi = hsum_epi32(block_dot(load_w::<Q4>(row.add(b * bb)), _mm256_abs_epi8(xv), xv));
-            sum = (sumi as f32 * *wd.add(r * nb + b)).mul_add(*xd.add(b), sum);
-        }
-        *y.add(r - r0) = sum;
-        r += 1;
-    }
-}
+// Each row computes sum = fma(sumi·dw, dx, sum) over its blocks in order.
+pub(super) use super::x86::{scale_fma1 as scale1, scale_fma4 as scale4};
+matvec_by_row_groups!("avx2,fma");
 
 // ---------------------------------------------------------------------------
 // quantize_q8
 
-pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
-    // As the scalar kernel's zip: whole blocks that all three slices hold.
-    let blocks = (x.len() / QK).min(q.len() / QK).min(d.len());
-    for b in 0..blocks {
-        let (xb, qb) = (&x[b * QK..(b + 1) * QK], &mut q[b * QK..(b + 1) * QK]);
-        // SAFETY: AVX2 verified by the guard; both slices are exactly QK long.
-        d[b] = unsafe { quantize_block(qb.as_mut_ptr(), xb.as_ptr()) };
-    }
-}
+quantize_by_blocks!();
 
 /// One block, bit-identical to `quant::quantize_block_q8` for every input
 /// (NaN and infinities included): amax and id are computed in the same
@@ -163,33 +120,36 @@ pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
 /// Safety: AVX2; `q` and `x` are valid for QK elements.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn quantize_block(q: *mut i8, x: *const f32) -> f32 {
-    let sign = _mm256_set1_ps(-0.0);
-    let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x.add(8 * i)));
-    // maxps returns its second operand when either is NaN, so a NaN |x| is
-    // skipped, as f32::max skips it in the scalar fold.
-    let mut m = _mm256_setzero_ps();
-    for &vi in &v {
-        m = _mm256_max_ps(_mm256_andnot_ps(sign, vi), m);
-    }
-    let amax = hmax_ps(m);
-    let d = amax / 127.0;
-    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x.add(8 * i)));
+        // maxps returns its second operand when either is NaN, so a NaN |x| is
+        // skipped, as f32::max skips it in the scalar fold.
+        let mut m = _mm256_setzero_ps();
+        for &vi in &v {
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, vi), m);
+        }
+        let amax = hmax_ps(m);
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
 
-    let idv = _mm256_set1_ps(id);
-    let half = _mm256_set1_ps(0.5);
-    let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
-    let qi: [__m256i; 4] = std::array::from_fn(|i| {
-        let r = _mm256_add_ps(_mm256_mul_ps(v[i], idv), _mm256_or_ps(_mm256_and_ps(v[i], sign), half));
-        // The scalar `as i8` maps NaN to 0; cvttps would give INT_MIN.
-        let r = _mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r));
-        _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
-    });
-    // In range already, so the saturating packs only narrow; they work per
-    // 128-bit lane, which leaves the dwords in the order 0 2 4 6 1 3 5 7.
-    let p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
-    let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(q.cast(), p);
-    d
+        let idv = _mm256_set1_ps(id);
+        let half = _mm256_set1_ps(0.5);
+        let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+        let qi: [__m256i; 4] = std::array::from_fn(|i| {
+            let r = _mm256_add_ps(_mm256_mul_ps(v[i], idv), _mm256_or_ps(_mm256_and_ps(v[i], sign), half));
+            // The scalar `as i8` maps NaN to 0; cvttps would give INT_MIN.
+            let r = _mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r));
+            _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
+        });
+        // In range already, so the saturating packs only narrow; they work per
+        // 128-bit lane, which leaves the dwords in the order 0 2 4 6 1 3 5 7.
+        let p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(q.cast(), p);
+        d
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -204,7 +164,7 @@ unsafe fn quantize_block(q: *mut i8, x: *const f32) -> f32 {
 /// normal float for every n the clamp allows.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn exp_ps(x: __m256) -> __m256 {
+fn exp_ps(x: __m256) -> __m256 {
     let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
     let n = _mm256_cvtps_epi32(_mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)));
     let nf = _mm256_cvtepi32_ps(n);
@@ -223,31 +183,12 @@ unsafe fn exp_ps(x: __m256) -> __m256 {
 
 use super::exp_poly::{EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO};
 
-/// e^x of each element, in place: the polynomial the float kernels use,
-/// exposed so the tests can hold it to spec §5's 1e-6.
-#[doc(hidden)]
-pub fn exp_in_place(v: &mut [f32]) {
-    for c in v.chunks_mut(8) {
-        let mut buf = [0.0f32; 8];
-        buf[..c.len()].copy_from_slice(c);
-        // SAFETY: AVX2 and FMA verified by the guard; buf holds eight floats.
-        unsafe { exp8(buf.as_mut_ptr()) };
-        c.copy_from_slice(&buf[..c.len()]);
-    }
-}
-
-/// Safety: AVX2 + FMA; `p` valid for eight floats.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn exp8(p: *mut f32) {
-    _mm256_storeu_ps(p, exp_ps(_mm256_loadu_ps(p)))
-}
-
 // ---------------------------------------------------------------------------
 // Float kernels
 
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn hsum_ps(v: __m256) -> f32 {
+fn hsum_ps(v: __m256) -> f32 {
     let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
     _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)))
@@ -255,7 +196,7 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
 
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn hmax_ps(v: __m256) -> f32 {
+fn hmax_ps(v: __m256) -> f32 {
     let v = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let v = _mm_max_ps(v, _mm_movehl_ps(v, v));
     _mm_cvtss_f32(_mm_max_ss(v, _mm_shuffle_ps(v, v, 1)))
@@ -266,44 +207,31 @@ unsafe fn hmax_ps(v: __m256) -> f32 {
 /// Safety: AVX2 + FMA; `a` and `b` valid for n reads.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 32 <= n {
-        for (j, s) in acc.iter_mut().enumerate() {
-            let k = i + 8 * j;
-            *s = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(k)), _mm256_loadu_ps(b.add(k)), *s);
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (j, s) in acc.iter_mut().enumerate() {
+                let k = i + 8 * j;
+                *s = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(k)), _mm256_loadu_ps(b.add(k)), *s);
+            }
+            i += 32;
         }
-        i += 32;
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i)), _mm256_loadu_ps(b.add(i)), acc[0]);
+            i += 8;
+        }
+        let mut sum = hsum_ps(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
+        while i < n {
+            sum = (*a.add(i)).mul_add(*b.add(i), sum);
+            i += 1;
+        }
+        sum
     }
-    while i + 8 <= n {
-        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i)), _mm256_loadu_ps(b.add(i)), acc[0]);
-        i += 8;
-    }
-    let mut sum = hsum_ps(_mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[1]),
-        _mm256_add_ps(acc[2], acc[3]),
-    ));
-    while i < n {
-        sum = (*a.add(i)).mul_add(*b.add(i), sum);
-        i += 1;
-    }
-    sum
-}
-
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    // SAFETY: AVX2 and FMA verified by the guard; both slices hold n elements.
-    unsafe { dot(a.as_ptr(), b.as_ptr(), n) }
-}
-
-/// o = x / sqrt(mean(x²) + eps) · w
-pub fn rmsnorm(o: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
-    // SAFETY: AVX2 and FMA verified by the guard; x holds x.len() elements.
-    let ss = unsafe { dot(x.as_ptr(), x.as_ptr(), x.len()) } / x.len() as f32;
-    let scale = 1.0 / (ss + eps).sqrt();
-    let n = o.len().min(x.len()).min(w.len());
-    // SAFETY: as above; all three slices hold n elements.
-    unsafe { scale_mul(o.as_mut_ptr(), x.as_ptr(), w.as_ptr(), scale, n) }
 }
 
 /// o[i] = w[i] · (scale · x[i]), the scalar kernel's order.
@@ -311,75 +239,26 @@ pub fn rmsnorm(o: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
 /// Safety: AVX2; pointers valid for n elements.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn scale_mul(o: *mut f32, x: *const f32, w: *const f32, scale: f32, n: usize) {
-    let s = _mm256_set1_ps(scale);
-    let mut i = 0;
-    while i + 8 <= n {
-        let v = _mm256_mul_ps(_mm256_loadu_ps(w.add(i)), _mm256_mul_ps(s, _mm256_loadu_ps(x.add(i))));
-        _mm256_storeu_ps(o.add(i), v);
-        i += 8;
-    }
-    while i < n {
-        *o.add(i) = *w.add(i) * (scale * *x.add(i));
-        i += 1;
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let s = _mm256_set1_ps(scale);
+        let mut i = 0;
+        while i + 8 <= n {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(w.add(i)), _mm256_mul_ps(s, _mm256_loadu_ps(x.add(i))));
+            _mm256_storeu_ps(o.add(i), v);
+            i += 8;
+        }
+        while i < n {
+            *o.add(i) = *w.add(i) * (scale * *x.add(i));
+            i += 1;
+        }
     }
 }
 
-/// In-place softmax, shifted by the maximum for stability.
-pub fn softmax(x: &mut [f32]) {
-    if x.is_empty() {
-        return;
-    }
-    // SAFETY: AVX2 and FMA verified by the guard; pointer and length are x's.
-    unsafe { softmax_avx2(x.as_mut_ptr(), x.len()) }
-}
-
-/// Safety: AVX2 + FMA; `x` valid for n ≥ 1 elements.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn softmax_avx2(x: *mut f32, n: usize) {
-    let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
-    let mut i = 0;
-    while i + 8 <= n {
-        m = _mm256_max_ps(_mm256_loadu_ps(x.add(i)), m);
-        i += 8;
-    }
-    let mut max = hmax_ps(m);
-    for j in i..n {
-        max = max.max(*x.add(j));
-    }
-
-    let mv = _mm256_set1_ps(max);
-    let mut acc = _mm256_setzero_ps();
-    let mut i = 0;
-    while i + 8 <= n {
-        let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x.add(i)), mv));
-        _mm256_storeu_ps(x.add(i), e);
-        acc = _mm256_add_ps(acc, e);
-        i += 8;
-    }
-    let mut sum = hsum_ps(acc);
-    if i < n {
-        // Padding lanes are computed but neither stored nor summed.
-        let mut buf = [0.0f32; 8];
-        for (j, v) in buf.iter_mut().enumerate().take(n - i) {
-            *v = *x.add(i + j) - max;
-        }
-        _mm256_storeu_ps(buf.as_mut_ptr(), exp_ps(_mm256_loadu_ps(buf.as_ptr())));
-        for (j, &v) in buf.iter().enumerate().take(n - i) {
-            *x.add(i + j) = v;
-            sum += v;
-        }
-    }
-
-    // Divide, as the scalar kernel does, rather than multiply by 1/sum.
-    let sv = _mm256_set1_ps(sum);
-    let mut i = 0;
-    while i + 8 <= n {
-        _mm256_storeu_ps(x.add(i), _mm256_div_ps(_mm256_loadu_ps(x.add(i)), sv));
-        i += 8;
-    }
-    for j in i..n {
-        *x.add(j) /= sum;
-    }
+exp_kernels! {
+    "avx2,fma", __m256, 8;
+    _mm256_set1_ps _mm256_setzero_ps _mm256_loadu_ps _mm256_storeu_ps _mm256_add_ps
+    _mm256_sub_ps _mm256_mul_ps _mm256_div_ps _mm256_max_ps _mm256_xor_ps
 }
 
 rope_by_heads!();
@@ -391,76 +270,31 @@ rope_by_heads!();
 /// Safety: AVX2; `v` valid for 2·pairs elements, cos/sin for `pairs`.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn rotate(v: *mut f32, cos: *const f32, sin: *const f32, pairs: usize) {
-    // [t0 t1 t2 t3] → [t0 t0 t1 t1 t2 t2 t3 t3]
-    let dup = |t: __m128| _mm256_set_m128(_mm_unpackhi_ps(t, t), _mm_unpacklo_ps(t, t));
-    let mut i = 0;
-    while i + 4 <= pairs {
-        let x = _mm256_loadu_ps(v.add(2 * i));
-        let c = dup(_mm_loadu_ps(cos.add(i)));
-        let s = dup(_mm_loadu_ps(sin.add(i)));
-        let swapped = _mm256_permute_ps(x, 0b10_11_00_01);
-        let out = _mm256_addsub_ps(_mm256_mul_ps(x, c), _mm256_mul_ps(swapped, s));
-        _mm256_storeu_ps(v.add(2 * i), out);
-        i += 4;
-    }
-    while i < pairs {
-        let (a, b) = (*v.add(2 * i), *v.add(2 * i + 1));
-        let (c, s) = (*cos.add(i), *sin.add(i));
-        *v.add(2 * i) = a * c - b * s;
-        *v.add(2 * i + 1) = a * s + b * c;
-        i += 1;
-    }
-}
-
-/// g = silu(g) · u, with silu(v) = v / (1 + e^(−v)).
-pub fn silu_mul(g: &mut [f32], u: &[f32]) {
-    let n = g.len().min(u.len());
-    // SAFETY: AVX2 and FMA verified by the guard; both slices hold n elements.
-    unsafe { silu_mul_avx2(g.as_mut_ptr(), u.as_ptr(), n) }
-}
-
-/// Safety: AVX2 + FMA; pointers valid for n elements.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn silu_mul_avx2(g: *mut f32, u: *const f32, n: usize) {
-    let one = _mm256_set1_ps(1.0);
-    let silu = |gv: __m256, uv: __m256| {
-        let e = exp_ps(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0)));
-        _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), uv)
-    };
-    let mut i = 0;
-    while i + 8 <= n {
-        _mm256_storeu_ps(g.add(i), silu(_mm256_loadu_ps(g.add(i)), _mm256_loadu_ps(u.add(i))));
-        i += 8;
-    }
-    if i < n {
-        let (mut gb, mut ub) = ([0.0f32; 8], [0.0f32; 8]);
-        for j in 0..n - i {
-            gb[j] = *g.add(i + j);
-            ub[j] = *u.add(i + j);
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        // [t0 t1 t2 t3] → [t0 t0 t1 t1 t2 t2 t3 t3]
+        let dup = |t: __m128| _mm256_set_m128(_mm_unpackhi_ps(t, t), _mm_unpacklo_ps(t, t));
+        let mut i = 0;
+        while i + 4 <= pairs {
+            let x = _mm256_loadu_ps(v.add(2 * i));
+            let c = dup(_mm_loadu_ps(cos.add(i)));
+            let s = dup(_mm_loadu_ps(sin.add(i)));
+            let swapped = _mm256_permute_ps(x, 0b10_11_00_01);
+            let out = _mm256_addsub_ps(_mm256_mul_ps(x, c), _mm256_mul_ps(swapped, s));
+            _mm256_storeu_ps(v.add(2 * i), out);
+            i += 4;
         }
-        _mm256_storeu_ps(
-            gb.as_mut_ptr(),
-            silu(_mm256_loadu_ps(gb.as_ptr()), _mm256_loadu_ps(ub.as_ptr())),
-        );
-        for (j, &v) in gb.iter().enumerate().take(n - i) {
-            *g.add(i + j) = v;
+        while i < pairs {
+            let (a, b) = (*v.add(2 * i), *v.add(2 * i + 1));
+            let (c, s) = (*cos.add(i), *sin.add(i));
+            *v.add(2 * i) = a * c - b * s;
+            *v.add(2 * i + 1) = a * s + b * c;
+            i += 1;
         }
     }
 }
 
-/// y += x
-pub fn add(y: &mut [f32], x: &[f32]) {
-    let n = y.len().min(x.len());
-    // SAFETY: AVX2 verified by the guard; both slices hold n elements.
-    unsafe { axpy(y.as_mut_ptr(), None, x.as_ptr(), n) }
-}
-
-/// y += a · x
-pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
-    let n = y.len().min(x.len());
-    // SAFETY: AVX2 verified by the guard; both slices hold n elements.
-    unsafe { axpy(y.as_mut_ptr(), Some(a), x.as_ptr(), n) }
-}
+float_entry_points!();
 
 /// y += a·x, or y += x without a; multiply then add, as the scalar kernels
 /// (an FMA would round differently and gain nothing in a load-bound loop).
@@ -468,24 +302,27 @@ pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
 /// Safety: AVX2; pointers valid for n elements.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn axpy(y: *mut f32, a: Option<f32>, x: *const f32, n: usize) {
-    let term = |xv: __m256| match a {
-        Some(a) => _mm256_mul_ps(_mm256_set1_ps(a), xv),
-        None => xv,
-    };
-    let mut i = 0;
-    while i + 16 <= n {
-        let t0 = term(_mm256_loadu_ps(x.add(i)));
-        let t1 = term(_mm256_loadu_ps(x.add(i + 8)));
-        _mm256_storeu_ps(y.add(i), _mm256_add_ps(_mm256_loadu_ps(y.add(i)), t0));
-        _mm256_storeu_ps(y.add(i + 8), _mm256_add_ps(_mm256_loadu_ps(y.add(i + 8)), t1));
-        i += 16;
-    }
-    while i < n {
-        *y.add(i) += match a {
-            Some(a) => a * *x.add(i),
-            None => *x.add(i),
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let term = |xv: __m256| match a {
+            Some(a) => _mm256_mul_ps(_mm256_set1_ps(a), xv),
+            None => xv,
         };
-        i += 1;
+        let mut i = 0;
+        while i + 16 <= n {
+            let t0 = term(_mm256_loadu_ps(x.add(i)));
+            let t1 = term(_mm256_loadu_ps(x.add(i + 8)));
+            _mm256_storeu_ps(y.add(i), _mm256_add_ps(_mm256_loadu_ps(y.add(i)), t0));
+            _mm256_storeu_ps(y.add(i + 8), _mm256_add_ps(_mm256_loadu_ps(y.add(i + 8)), t1));
+            i += 16;
+        }
+        while i < n {
+            *y.add(i) += match a {
+                Some(a) => a * *x.add(i),
+                None => *x.add(i),
+            };
+            i += 1;
+        }
     }
 }
 
@@ -515,12 +352,15 @@ pub fn attn_scores(out: &mut [f32], q: &[f32], rows: &[f32], stride: usize, scal
 /// Safety: AVX2 + FMA; `check_rows(rows, keys, stride, n)` holds.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn scores(out: *mut f32, keys: usize, q: *const f32, n: usize, rows: *const f32, stride: usize, scale: f32) {
-    if n == 64 {
-        return scores_64(out, keys, q, rows, stride, scale);
-    }
-    for t in 0..keys {
-        super::prefetch::prefetch_f32(rows.wrapping_add((t + super::prefetch::ROWS_AHEAD) * stride), n);
-        *out.add(t) = dot(q, rows.add(t * stride), n) * scale;
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        if n == 64 {
+            return scores_64(out, keys, q, rows, stride, scale);
+        }
+        for t in 0..keys {
+            super::prefetch::prefetch_f32(rows.wrapping_add((t + super::prefetch::ROWS_AHEAD) * stride), n);
+            *out.add(t) = dot(q, rows.add(t * stride), n) * scale;
+        }
     }
 }
 
@@ -534,20 +374,23 @@ unsafe fn scores(out: *mut f32, keys: usize, q: *const f32, n: usize, rows: *con
 /// Safety: as `scores`, with n = 64.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn scores_64(out: *mut f32, keys: usize, q: *const f32, rows: *const f32, stride: usize, scale: f32) {
-    let qv: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(q.add(8 * j)));
-    for t in 0..keys {
-        let row = rows.add(t * stride);
-        super::prefetch::prefetch_f32(rows.wrapping_add((t + super::prefetch::ROWS_AHEAD) * stride), 64);
-        let mut acc: [__m256; 4] =
-            std::array::from_fn(|j| _mm256_fmadd_ps(qv[j], _mm256_loadu_ps(row.add(8 * j)), _mm256_setzero_ps()));
-        for (j, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_fmadd_ps(qv[4 + j], _mm256_loadu_ps(row.add(32 + 8 * j)), *a);
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let qv: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(q.add(8 * j)));
+        for t in 0..keys {
+            let row = rows.add(t * stride);
+            super::prefetch::prefetch_f32(rows.wrapping_add((t + super::prefetch::ROWS_AHEAD) * stride), 64);
+            let mut acc: [__m256; 4] =
+                std::array::from_fn(|j| _mm256_fmadd_ps(qv[j], _mm256_loadu_ps(row.add(8 * j)), _mm256_setzero_ps()));
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(qv[4 + j], _mm256_loadu_ps(row.add(32 + 8 * j)), *a);
+            }
+            let sum = hsum_ps(_mm256_add_ps(
+                _mm256_add_ps(acc[0], acc[1]),
+                _mm256_add_ps(acc[2], acc[3]),
+            ));
+            *out.add(t) = sum * scale;
         }
-        let sum = hsum_ps(_mm256_add_ps(
-            _mm256_add_ps(acc[0], acc[1]),
-            _mm256_add_ps(acc[2], acc[3]),
-        ));
-        *out.add(t) = sum * scale;
     }
 }
 
@@ -564,39 +407,42 @@ pub fn attn_mix(out: &mut [f32], p: &[f32], rows: &[f32], stride: usize) {
 /// Safety: AVX2; `check_rows(rows, keys, stride, n)` holds.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn mix(out: *mut f32, n: usize, p: *const f32, keys: usize, rows: *const f32, stride: usize) {
-    let mut i = 0;
-    while i + 64 <= n {
-        let mut acc: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(out.add(i + 8 * j)));
-        for t in 0..keys {
-            let row = rows.add(t * stride + i);
-            super::prefetch::prefetch_f32(row.wrapping_add(super::prefetch::ROWS_AHEAD * stride), 64);
-            let pt = _mm256_set1_ps(*p.add(t));
-            for (j, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_add_ps(*a, _mm256_mul_ps(pt, _mm256_loadu_ps(row.add(8 * j))));
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let mut i = 0;
+        while i + 64 <= n {
+            let mut acc: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(out.add(i + 8 * j)));
+            for t in 0..keys {
+                let row = rows.add(t * stride + i);
+                super::prefetch::prefetch_f32(row.wrapping_add(super::prefetch::ROWS_AHEAD * stride), 64);
+                let pt = _mm256_set1_ps(*p.add(t));
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(pt, _mm256_loadu_ps(row.add(8 * j))));
+                }
             }
+            for (j, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(out.add(i + 8 * j), *a);
+            }
+            i += 64;
         }
-        for (j, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(out.add(i + 8 * j), *a);
+        while i + 8 <= n {
+            let mut a = _mm256_loadu_ps(out.add(i));
+            for t in 0..keys {
+                a = _mm256_add_ps(
+                    a,
+                    _mm256_mul_ps(_mm256_set1_ps(*p.add(t)), _mm256_loadu_ps(rows.add(t * stride + i))),
+                );
+            }
+            _mm256_storeu_ps(out.add(i), a);
+            i += 8;
         }
-        i += 64;
-    }
-    while i + 8 <= n {
-        let mut a = _mm256_loadu_ps(out.add(i));
-        for t in 0..keys {
-            a = _mm256_add_ps(
-                a,
-                _mm256_mul_ps(_mm256_set1_ps(*p.add(t)), _mm256_loadu_ps(rows.add(t * stride + i))),
-            );
+        while i < n {
+            let mut a = *out.add(i);
+            for t in 0..keys {
+                a += *p.add(t) * *rows.add(t * stride + i);
+            }
+            *out.add(i) = a;
+            i += 1;
         }
-        _mm256_storeu_ps(out.add(i), a);
-        i += 8;
-    }
-    while i < n {
-        let mut a = *out.add(i);
-        for t in 0..keys {
-            a += *p.add(t) * *rows.add(t * stride + i);
-        }
-        *out.add(i) = a;
-        i += 1;
     }
 }

@@ -47,8 +47,6 @@ pub const REQUIRED_FEATURES: &[&str] = &[
     "avx512bw",
     "avx512_vnni",
 ];
-/// Kernels this module implements itself.
-pub const PROVIDES: &[&str] = &["matvec_q8", "matvec_q4", "quantize_q8"];
 
 // ---------------------------------------------------------------------------
 // Integer path: matvec_q8, matvec_q4
@@ -82,32 +80,36 @@ pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
 /// Two consecutive weight blocks as 64 int8 (block b in the low 256 bits).
 /// Q4: 32 packed bytes hold both blocks' low and high nibbles; they are
 /// arranged as [lo(b), hi(b), lo(b+1), hi(b+1)] and re-centred.
+///
+/// # Safety
+///
+/// `p` is readable for two blocks (2·QK bytes, Q4: 2·Q4_BLOCK_BYTES).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn load_w2<const Q4: bool>(p: *const u8) -> __m512i {
     if Q4 {
-        let packed = _mm256_loadu_si256(p.cast());
+        // SAFETY: two Q4 blocks are 32 bytes (the caller's contract).
+        let packed = unsafe { _mm256_loadu_si256(p.cast()) };
         let both = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
         // 128-bit lanes [p0 p1 s0 s1] → [p0 s0 p1 s1]
         let both = _mm512_shuffle_i64x2(both, both, 0b11_01_10_00);
         _mm512_sub_epi8(_mm512_and_si512(both, _mm512_set1_epi8(0x0F)), _mm512_set1_epi8(8))
     } else {
-        _mm512_loadu_si512(p.cast())
+        // SAFETY: two Q8 blocks are 64 bytes (the caller's contract).
+        unsafe { _mm512_loadu_si512(p.cast()) }
     }
 }
 
 /// One weight block in the low 256 bits, zeros above (the odd last block).
+///
+/// # Safety
+///
+/// `p` is readable for one block.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn load_w1<const Q4: bool>(p: *const u8) -> __m512i {
-    let v = if Q4 {
-        let packed = _mm_loadu_si128(p.cast());
-        let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-        _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8))
-    } else {
-        _mm256_loadu_si256(p.cast())
-    };
-    _mm512_zextsi256_si512(v)
+    // SAFETY: the caller's contract is load_w's.
+    _mm512_zextsi256_si512(unsafe { super::avx2::load_w::<Q4>(p) })
 }
 
 /// Two activation blocks as |x| and the mask of negative bytes, prepared
@@ -120,7 +122,7 @@ struct XPair {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn x_pair(x: __m512i) -> XPair {
+fn x_pair(x: __m512i) -> XPair {
     XPair {
         abs: _mm512_abs_epi8(x),
         neg: _mm512_movepi8_mask(x),
@@ -131,7 +133,7 @@ unsafe fn x_pair(x: __m512i) -> XPair {
 /// partials, lanes 0–7 for the first block and 8–15 for the second.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn pair_dot(w: __m512i, x: XPair) -> __m512i {
+fn pair_dot(w: __m512i, x: XPair) -> __m512i {
     let zero = _mm512_setzero_si512();
     let signed_w = _mm512_mask_sub_epi8(w, x.neg, zero, w);
     _mm512_dpbusd_epi32(zero, x.abs, signed_w)
@@ -141,7 +143,7 @@ unsafe fn pair_dot(w: __m512i, x: XPair) -> __m512i {
 /// each 128-bit lane leaves lane L as [Σa, Σb, Σc, Σd] over that lane.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn hsum4_lanes(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m512i {
+fn hsum4_lanes(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m512i {
     let ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
     let cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
     _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd))
@@ -151,7 +153,7 @@ unsafe fn hsum4_lanes(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m512i
 /// 2–3 block b+1: [a(b) b(b) c(b) d(b) a(b+1) b(b+1) c(b+1) d(b+1)].
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn hsum4x2_epi32(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m256i {
+fn hsum4x2_epi32(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m256i {
     let s = hsum4_lanes(a, b, c, d);
     let s = _mm512_shuffle_i64x2(s, s, 0b11_01_10_00); // [L0 L2 L1 L3]
     _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1))
@@ -163,7 +165,7 @@ unsafe fn hsum4x2_epi32(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m25
 /// of 16, so the arithmetic shift divides without rounding.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn hsum4x2_q4_epi32(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m256i {
+fn hsum4x2_q4_epi32(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> __m256i {
     let s = hsum4_lanes(a, b, c, d);
     _mm256_add_epi32(
         _mm512_castsi512_si256(s),
@@ -185,7 +187,7 @@ struct XPairQ4 {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn x_pair_q4(xb: __m512i) -> XPairQ4 {
+fn x_pair_q4(xb: __m512i) -> XPairQ4 {
     let x = _mm512_shuffle_i64x2(xb, xb, 0b11_01_10_00);
     let zero = _mm512_setzero_si512();
     // vpdpbusd multiplies unsigned (8, 128) by signed (x) bytes.
@@ -201,10 +203,15 @@ unsafe fn x_pair_q4(xb: __m512i) -> XPairQ4 {
 /// ones are masked in place rather than shifted down (`hsum4x2_q4_epi32`
 /// divides their sums by 16), so a pair costs a broadcast load, one mask and
 /// one vpdpbusd.
+///
+/// # Safety
+///
+/// `p` is readable for 32 bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn q4_pair_dot(p: *const u8, x: XPairQ4) -> __m512i {
-    let packed = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()));
+    // SAFETY: 32 bytes, readable by the caller's contract.
+    let packed = _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(p.cast()) });
     let nibbles = _mm512_and_si512(
         packed,
         _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8(0xF0u8 as i8), 1),
@@ -226,11 +233,20 @@ struct XQuadQ4 {
     dx: __m512,
 }
 
-/// Safety: AVX-512 F/BW/VNNI; `x` is valid for 4·QK bytes, `d` for 4 scales.
+/// # Safety
+///
+/// `x` is readable for 4·QK bytes, `d` for 4 scales.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn x_quad_q4(x: *const i8, d: *const f32) -> XQuadQ4 {
-    let (a, b) = (_mm512_loadu_si512(x.cast()), _mm512_loadu_si512(x.add(2 * QK).cast()));
+    // SAFETY: the four blocks and their scales, readable by the caller's contract.
+    let (a, b, d4) = unsafe {
+        (
+            _mm512_loadu_si512(x.cast()),
+            _mm512_loadu_si512(x.add(2 * QK).cast()),
+            _mm_loadu_ps(d),
+        )
+    };
     let lo = _mm512_shuffle_i64x2(a, b, 0b10_00_10_00);
     let hi = _mm512_shuffle_i64x2(a, b, 0b11_01_11_01);
     let (zero, eight) = (_mm512_setzero_si512(), _mm512_set1_epi8(8));
@@ -242,7 +258,7 @@ unsafe fn x_quad_q4(x: *const i8, d: *const f32) -> XQuadQ4 {
         bias: _mm512_sub_epi32(zero, eight_x),
         dx: _mm512_permutexvar_ps(
             _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-            _mm512_castps128_ps512(_mm_loadu_ps(d)),
+            _mm512_castps128_ps512(d4),
         ),
     }
 }
@@ -252,11 +268,14 @@ unsafe fn x_quad_q4(x: *const i8, d: *const f32) -> XQuadQ4 {
 /// nibbles stay unsigned, the multiplicand vpdpbusd wants: one load, two
 /// masks, a shift and two vpdpbusd per 128 weights.
 ///
-/// Safety: AVX-512 F/BW/VNNI; `p` is valid for 64 bytes.
+/// # Safety
+///
+/// `p` is readable for 64 bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn q4_quad_dot(p: *const u8, x: XQuadQ4) -> __m512i {
-    let packed = _mm512_loadu_si512(p.cast());
+    // SAFETY: 64 bytes, readable by the caller's contract.
+    let packed = unsafe { _mm512_loadu_si512(p.cast()) };
     let mask = _mm512_set1_epi8(0x0F);
     let lo = _mm512_and_si512(packed, mask);
     let hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), mask);
@@ -273,27 +292,432 @@ const MAX_HOISTED_QUADS: usize = 64;
 /// K ≤ 8192.
 const MAX_HOISTED_PAIRS: usize = 128;
 
+/// Σ of eight int32.
+use super::avx2::hsum1 as hsum_epi32;
+
+/// The activation of one matvec: blocks at `q` (QK bytes each), scales at
+/// `d`, `nb` of each (`check_matvec`).
+#[derive(Clone, Copy)]
+struct Act {
+    q: *const i8,
+    d: *const f32,
+}
+
+impl Act {
+    /// Blocks b and b+1.
+    ///
+    /// # Safety
+    ///
+    /// b + 2 ≤ nb.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn pair(self, b: usize) -> XPair {
+        // SAFETY: blocks b and b+1 exist (the caller's contract).
+        x_pair(unsafe { _mm512_loadu_si512(self.q.add(b * QK).cast()) })
+    }
+
+    /// Block b, zeros in the second half.
+    ///
+    /// # Safety
+    ///
+    /// b < nb.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn single(self, b: usize) -> XPair {
+        // SAFETY: block b exists (the caller's contract).
+        x_pair(_mm512_zextsi256_si512(unsafe {
+            _mm256_loadu_si256(self.q.add(b * QK).cast())
+        }))
+    }
+
+    /// Block b's scale.
+    ///
+    /// # Safety
+    ///
+    /// b < nb.
+    #[inline(always)]
+    unsafe fn dx(self, b: usize) -> f32 {
+        // SAFETY: scale b exists (the caller's contract).
+        unsafe { *self.d.add(b) }
+    }
+
+    /// Blocks b's and b+1's scales, each over four lanes.
+    ///
+    /// # Safety
+    ///
+    /// b + 2 ≤ nb.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn dx2(self, b: usize) -> __m256 {
+        // SAFETY: scales b and b+1 exist (the caller's contract).
+        let (lo, hi) = unsafe { (self.dx(b), self.dx(b + 1)) };
+        _mm256_set_m128(_mm_set1_ps(hi), _mm_set1_ps(lo))
+    }
+}
+
+/// Rows r..r+4 of a matrix: where their blocks and scales lie. `PACKED`:
+/// the group is packed (`core::tensor::pack_row_groups`), one ascending
+/// stream of 64-byte chunks from its first row's start, and its scales lie
+/// block by block, the four rows' side by side.
+#[derive(Clone, Copy)]
+struct Group<const PACKED: bool> {
+    wq: *const u8,
+    wd: *const f32,
+    stride: usize,
+    nb: usize,
+    r: usize,
+}
+
+impl<const PACKED: bool> Group<PACKED> {
+    /// Byte `offset` of row r + j. In a packed matrix an offset below the
+    /// last whole chunk, a multiple of PACK_CHUNK in every call but the
+    /// odd last block's, skips packed_offset's branch.
+    ///
+    /// # Safety
+    ///
+    /// j < 4, offset < the row's nb blocks, and the group lies in the matrix.
+    #[inline(always)]
+    unsafe fn at(self, j: usize, offset: usize) -> *const u8 {
+        let (wq, r, stride) = (self.wq, self.r, self.stride);
+        // SAFETY: the byte lies in the group's rows (the caller's contract),
+        // which a packed group occupies likewise.
+        unsafe {
+            if !PACKED {
+                wq.add((r + j) * stride + offset)
+            } else if offset.is_multiple_of(PACK_CHUNK) && offset + PACK_CHUNK <= stride {
+                wq.add(r * stride + 4 * offset + j * PACK_CHUNK)
+            } else {
+                wq.add(r * stride + packed_offset(j, offset, stride))
+            }
+        }
+    }
+
+    /// Scales of the four rows for block b.
+    ///
+    /// # Safety
+    ///
+    /// b < nb and the group lies in the matrix.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn dw4(self, b: usize) -> __m128 {
+        let (wd, r, nb) = (self.wd, self.r, self.nb);
+        // SAFETY: the four rows' scales for block b (the caller's contract),
+        // side by side when packed.
+        unsafe {
+            if PACKED {
+                _mm_loadu_ps(wd.add(r * nb + 4 * b))
+            } else {
+                super::x86::row_scales(wd, r, nb, b)
+            }
+        }
+    }
+
+    /// Scales of the four rows for blocks b and b+1, as [dw4(b), dw4(b+1)]:
+    /// each row's two are adjacent, so four 8-byte loads and a transpose.
+    ///
+    /// # Safety
+    ///
+    /// b + 2 ≤ nb and the group lies in the matrix.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn dw4x2(self, b: usize) -> __m256 {
+        let (wd, r, nb) = (self.wd, self.r, self.nb);
+        if PACKED {
+            // SAFETY: blocks b and b+1's scales of the group, side by side.
+            return unsafe { _mm256_loadu_ps(wd.add(r * nb + 4 * b)) };
+        }
+        // Unaligned 8-byte reads: a row's scale pair is only 4-byte
+        // aligned, and _mm_load_sd/_mm_loadh_pd dereference an f64
+        // pointer, which must be 8-byte aligned (Miri caught it).
+        let two = |j: usize, k: usize| {
+            // SAFETY: rows r+j and r+k hold scales b and b+1.
+            let (lo, hi) = unsafe {
+                (
+                    wd.add((r + j) * nb + b).cast::<i64>().read_unaligned(),
+                    wd.add((r + k) * nb + b).cast::<i64>().read_unaligned(),
+                )
+            };
+            _mm_castsi128_ps(_mm_set_epi64x(hi, lo))
+        };
+        let (v01, v23) = (two(0, 1), two(2, 3)); // [a(b) a(b+1) b(b) b(b+1)], rows 2–3 alike
+        _mm256_set_m128(
+            _mm_shuffle_ps::<0b11_01_11_01>(v01, v23),
+            _mm_shuffle_ps::<0b10_00_10_00>(v01, v23),
+        )
+    }
+
+    /// Scales of the four rows for blocks b..b+4, lane group L for block
+    /// b+L (the layout of a quad's sums).
+    ///
+    /// # Safety
+    ///
+    /// b + 4 ≤ nb and the group lies in the matrix.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn dw_quad(self, b: usize) -> __m512 {
+        let (wd, r, nb) = (self.wd, self.r, self.nb);
+        if PACKED {
+            // SAFETY: lane group L holds block b+L's four rows already.
+            return unsafe { _mm512_loadu_ps(wd.add(r * nb + 4 * b)) };
+        }
+        // SAFETY: row r+j's scales b..b+4.
+        let scales = |j: usize| unsafe { _mm_loadu_ps(wd.add((r + j) * nb + b)) };
+        // Lane group j holds row j's four scales; transpose to group L = block b+L.
+        let by_row = _mm512_insertf32x4(
+            _mm512_insertf32x4(
+                _mm512_insertf32x4(_mm512_castps128_ps512(scales(0)), scales(1), 1),
+                scales(2),
+                2,
+            ),
+            scales(3),
+            3,
+        );
+        _mm512_permutexvar_ps(
+            _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0),
+            by_row,
+        )
+    }
+}
+
+/// The first `n` of `slots`, all written, as a slice.
+///
+/// # Safety
+///
+/// `slots[..n]` are initialised.
+#[inline(always)]
+unsafe fn assume_init<T>(slots: &[std::mem::MaybeUninit<T>], n: usize) -> &[T] {
+    // SAFETY: MaybeUninit<T> has T's layout and the first n are initialised.
+    unsafe { std::slice::from_raw_parts(slots.as_ptr().cast::<T>(), n) }
+}
+
+/// Q4 quads for a group: four rows × four blocks make one 16-lane vector
+/// of int32 sums, lane group L for block b+L, each lane a running
+/// fma(sumi·dw, dx, acc) of its own. `hoisted`: the quads prepared once
+/// per call, when they fit (empty when not).
+///
+/// # Safety
+///
+/// The CPU has the tier's features, `check_matvec` accepted the matvec and
+/// the group lies in it; quads = nb / 4.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    let v = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    let v = _mm_hadd_epi32(v, v);
-    _mm_cvtsi128_si32(_mm_hadd_epi32(v, v))
+unsafe fn group_quads<const PACKED: bool>(g: Group<PACKED>, act: Act, quads: usize, hoisted: &[XQuadQ4]) -> __m512 {
+    let bb = Q4_BLOCK_BYTES;
+    let mut acc4 = _mm512_setzero_ps();
+    for qd in 0..quads {
+        let b = 4 * qd;
+        // Packed or not, the group is prefetched ahead in software.
+        // Packed Q8_0 was a little faster without it on Zen 4, but on
+        // an Intel Xeon (Sapphire Rapids or later) its hardware
+        // prefetchers alone read 65% of the probe cold, 82-90% with it.
+        prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 4, bb);
+        // SAFETY: blocks b..b+4 of the activation and of the group's rows
+        // exist (b + 4 ≤ 4·quads ≤ nb), with their scales.
+        let (sumi, dw, xb) = unsafe {
+            let xb = match hoisted.get(qd) {
+                Some(&xb) => xb,
+                None => x_quad_q4(act.q.add(b * QK), act.d.add(b)),
+            };
+            let sumi = hsum4_lanes(
+                q4_quad_dot(g.at(0, b * bb), xb),
+                q4_quad_dot(g.at(1, b * bb), xb),
+                q4_quad_dot(g.at(2, b * bb), xb),
+                q4_quad_dot(g.at(3, b * bb), xb),
+            );
+            (sumi, g.dw_quad(b), xb)
+        };
+        acc4 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sumi), dw), xb.dx, acc4);
+    }
+    acc4
+}
+
+/// Block pairs for a group, from block `first`: [even-block sums, odd-block
+/// sums] of the four rows, each lane a running fma(sumi·dw, dx, acc).
+/// `hoisted`: Q8_0's pairs (with their scales) prepared once per call
+/// (empty when not).
+///
+/// # Safety
+///
+/// As `group_quads`; first + 2·pairs ≤ nb.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn group_pairs<const Q4: bool, const PACKED: bool>(
+    g: Group<PACKED>,
+    act: Act,
+    first: usize,
+    pairs: usize,
+    hoisted: &[(XPair, __m256)],
+) -> __m256 {
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+    let mut acc = _mm256_setzero_ps();
+    for p in 0..pairs {
+        let b = first + 2 * p;
+        prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 2, bb);
+        // SAFETY: blocks b and b+1 of the activation and of the group's
+        // rows exist, with their scales.
+        let (sumi, dw, dx) = unsafe {
+            if Q4 {
+                let xb = x_pair_q4(_mm512_loadu_si512(act.q.add(b * QK).cast()));
+                let sumi = hsum4x2_q4_epi32(
+                    q4_pair_dot(g.at(0, b * bb), xb),
+                    q4_pair_dot(g.at(1, b * bb), xb),
+                    q4_pair_dot(g.at(2, b * bb), xb),
+                    q4_pair_dot(g.at(3, b * bb), xb),
+                );
+                (sumi, g.dw4x2(b), act.dx2(b))
+            } else {
+                let (xb, dx) = match hoisted.get(p) {
+                    Some(&pair) => pair,
+                    None => (act.pair(b), act.dx2(b)),
+                };
+                let sumi = hsum4x2_epi32(
+                    pair_dot(load_w2::<Q4>(g.at(0, b * bb)), xb),
+                    pair_dot(load_w2::<Q4>(g.at(1, b * bb)), xb),
+                    pair_dot(load_w2::<Q4>(g.at(2, b * bb)), xb),
+                    pair_dot(load_w2::<Q4>(g.at(3, b * bb)), xb),
+                );
+                (sumi, g.dw4x2(b), dx)
+            }
+        };
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dw), dx, acc);
+    }
+    acc
+}
+
+/// The odd last block b of a group, added to the even sums of `acc` only.
+///
+/// # Safety
+///
+/// As `group_quads`; b = nb − 1.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn group_last_block<const Q4: bool, const PACKED: bool>(
+    g: Group<PACKED>,
+    act: Act,
+    b: usize,
+    acc: __m256,
+) -> __m256 {
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+    // SAFETY: block b of the activation and of the group's rows exists,
+    // with its scales.
+    let (sumi, dw, dx) = unsafe {
+        let xb = act.single(b);
+        let sumi = hsum4x2_epi32(
+            pair_dot(load_w1::<Q4>(g.at(0, b * bb)), xb),
+            pair_dot(load_w1::<Q4>(g.at(1, b * bb)), xb),
+            pair_dot(load_w1::<Q4>(g.at(2, b * bb)), xb),
+            pair_dot(load_w1::<Q4>(g.at(3, b * bb)), xb),
+        );
+        (sumi, g.dw4(b), act.dx(b))
+    };
+    // Only the low (even) half: the odd sums must stay untouched.
+    let t = _mm_mul_ps(_mm_cvtepi32_ps(_mm256_castsi256_si128(sumi)), dw);
+    let even = _mm_fmadd_ps(t, _mm_set1_ps(dx), _mm256_castps256_ps128(acc));
+    _mm256_insertf128_ps(acc, even, 0)
+}
+
+/// The four rows' results: even + odd, and with Q4's quads first
+/// ((L0 + L2) + (L1 + L3)) + (even + odd), as `tail_row` adds them.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+fn group_total<const Q4: bool>(acc4: __m512, acc: __m256) -> __m128 {
+    let sums = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    if !Q4 {
+        return sums;
+    }
+    let q = _mm256_add_ps(
+        _mm512_castps512_ps256(acc4),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc4), 1)),
+    );
+    _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)), sums)
+}
+
+/// One row-major row, with the group's sums in the group's order: the quad
+/// lanes block by block, then even and odd blocks.
+///
+/// # Safety
+///
+/// The CPU has the tier's features; `row` holds nb blocks, `dw` nb scales,
+/// the activation nb blocks; quads and pairs are the group's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn tail_row<const Q4: bool>(
+    row: *const u8,
+    dw: *const f32,
+    act: Act,
+    nb: usize,
+    quads: usize,
+    pairs: usize,
+) -> f32 {
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+    // SAFETY: every b below is < nb (the caller's contract).
+    let dw = |b: usize| unsafe { *dw.add(b) };
+    let mut quad = [0.0f32; 4];
+    for qd in 0..quads {
+        for half in 0..2 {
+            let b = 4 * qd + 2 * half;
+            // SAFETY: blocks b and b+1 exist (b + 2 ≤ 4·quads ≤ nb).
+            let (v, dx) = unsafe {
+                (
+                    pair_dot(load_w2::<Q4>(row.add(b * bb)), act.pair(b)),
+                    [act.dx(b), act.dx(b + 1)],
+                )
+            };
+            for (i, sumi) in [_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)]
+                .into_iter()
+                .enumerate()
+            {
+                let lane = &mut quad[2 * half + i];
+                *lane = (hsum_epi32(sumi) as f32 * dw(b + i)).mul_add(dx[i], *lane);
+            }
+        }
+    }
+    let (mut even, mut odd) = (0.0f32, 0.0f32);
+    for p in 0..pairs {
+        let b = 4 * quads + 2 * p;
+        // SAFETY: blocks b and b+1 exist (b + 2 ≤ nb).
+        let (v, dx0, dx1) = unsafe {
+            (
+                pair_dot(load_w2::<Q4>(row.add(b * bb)), act.pair(b)),
+                act.dx(b),
+                act.dx(b + 1),
+            )
+        };
+        let lo = hsum_epi32(_mm512_castsi512_si256(v));
+        let hi = hsum_epi32(_mm512_extracti64x4_epi64(v, 1));
+        even = (lo as f32 * dw(b)).mul_add(dx0, even);
+        odd = (hi as f32 * dw(b + 1)).mul_add(dx1, odd);
+    }
+    if nb % 2 == 1 {
+        let b = nb - 1;
+        // SAFETY: block b = nb − 1 exists.
+        let (v, dx) = unsafe { (pair_dot(load_w1::<Q4>(row.add(b * bb)), act.single(b)), act.dx(b)) };
+        let lo = hsum_epi32(_mm512_castsi512_si256(v));
+        even = (lo as f32 * dw(b)).mul_add(dx, even);
+    }
+    if Q4 {
+        ((quad[0] + quad[2]) + (quad[1] + quad[3])) + (even + odd)
+    } else {
+        even + odd
+    }
 }
 
 /// Rows four at a time, blocks two at a time, each activation pair loaded
 /// once for all four rows; an odd last block runs with zeros in its second
 /// half; then a row-at-a-time tail. `PACKED`: the matrix's whole four-row
 /// groups are packed (`core::tensor::pack_row_groups`), so a group reads one
-/// ascending stream; the tail rows are row-major either way.
+/// ascending stream; the tail rows are row-major either way. Q4 runs whole
+/// quads of blocks first.
 ///
 /// Each row keeps two sums, even blocks and odd blocks, each
 /// fma(sumi·dw, dx, sum) in block order, and returns even + odd, in the group
 /// and in the tail alike, so a row's result does not depend on how [r0, r1)
 /// splits into groups.
 ///
-/// Safety: AVX-512 F/BW/VNNI, AVX2, FMA; `check_matvec` has accepted these
-/// arguments.
+/// # Safety
+///
+/// The CPU has AVX-512 F/BW/VNNI, AVX2 and FMA; `check_matvec_any_layout`
+/// has accepted these arguments.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn matvec<const Q4: bool, const PACKED: bool>(
@@ -306,214 +730,66 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
     r0: usize,
     r1: usize,
 ) {
-    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
-    let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
+    let act = Act {
+        q: x.q.as_ptr(),
+        d: x.d.as_ptr(),
+    };
     let quads = if Q4 { nb / 4 } else { 0 };
     let pairs = (nb - 4 * quads) / 2;
-    let x2 = |b: usize| x_pair(_mm512_loadu_si512(xq.add(b * QK).cast()));
-    let x1 = |b: usize| x_pair(_mm512_zextsi256_si512(_mm256_loadu_si256(xq.add(b * QK).cast())));
-    // Every row group reads the same activation quads: prepare them once.
+    // Every row group reads the same activation quads (Q4) or pairs with
+    // their scales (Q8_0): prepare them once.
     let mut xquads = [std::mem::MaybeUninit::<XQuadQ4>::uninit(); MAX_HOISTED_QUADS];
-    let hoisted = quads <= MAX_HOISTED_QUADS;
-    if hoisted {
+    // Loops in this function, not closures: as `.then(|| …)` closures they
+    // were not inlined, and Q8_0 in cache lost 2% (`ml bench --shape`).
+    let hoisted_quads = if quads <= MAX_HOISTED_QUADS {
         for (qd, slot) in xquads[..quads].iter_mut().enumerate() {
-            slot.write(x_quad_q4(xq.add(4 * qd * QK), xd.add(4 * qd)));
+            // SAFETY: blocks 4·qd..4·qd+4 exist (4·quads ≤ nb).
+            slot.write(unsafe { x_quad_q4(act.q.add(4 * qd * QK), act.d.add(4 * qd)) });
         }
-    }
-    // Q8_0 likewise with its activation pairs (|x|, sign mask, scales).
+        // SAFETY: slots 0..quads were written just above.
+        unsafe { assume_init(&xquads, quads) }
+    } else {
+        &[]
+    };
     let mut xpairs = [std::mem::MaybeUninit::<(XPair, __m256)>::uninit(); MAX_HOISTED_PAIRS];
-    let pairs_hoisted = !Q4 && pairs <= MAX_HOISTED_PAIRS;
-    let dx2 = |b: usize| _mm256_set_m128(_mm_set1_ps(*xd.add(b + 1)), _mm_set1_ps(*xd.add(b)));
-    if pairs_hoisted {
+    let hoisted_pairs = if !Q4 && pairs <= MAX_HOISTED_PAIRS {
         for (p, slot) in xpairs[..pairs].iter_mut().enumerate() {
-            slot.write((x2(2 * p), dx2(2 * p)));
+            // SAFETY: blocks 2p and 2p+1 exist (Q8_0: 2·pairs ≤ nb).
+            slot.write(unsafe { (act.pair(2 * p), act.dx2(2 * p)) });
         }
-    }
+        // SAFETY: slots 0..pairs were written just above.
+        unsafe { assume_init(&xpairs, pairs) }
+    } else {
+        &[]
+    };
     let mut r = r0;
     while r + 4 <= r1 {
-        // Byte `offset` of row r + j; in a packed matrix an offset below the
-        // last whole chunk, a multiple of PACK_CHUNK in every call but the
-        // tail's, skips packed_offset's branch.
-        let at = |j: usize, offset: usize| {
-            if !PACKED {
-                wq.add((r + j) * stride + offset)
-            } else if offset.is_multiple_of(PACK_CHUNK) && offset + PACK_CHUNK <= stride {
-                wq.add(r * stride + 4 * offset + j * PACK_CHUNK)
+        let g = Group::<PACKED> { wq, wd, stride, nb, r };
+        // SAFETY: rows r..r+4 lie in [r0, r1), which check_matvec_any_layout
+        // bounded (a packed group in the same bytes as its rows).
+        let sums = unsafe {
+            let acc4 = if Q4 {
+                group_quads(g, act, quads, hoisted_quads)
             } else {
-                wq.add(r * stride + packed_offset(j, offset, stride))
+                _mm512_setzero_ps()
+            };
+            let mut acc = group_pairs::<Q4, PACKED>(g, act, 4 * quads, pairs, hoisted_pairs);
+            if nb % 2 == 1 {
+                acc = group_last_block::<Q4, PACKED>(g, act, nb - 1, acc);
             }
+            group_total::<Q4>(acc4, acc)
         };
-        // Scales of rows r..r+4 for block b (packed: side by side already).
-        let dw4 = |b: usize| {
-            if PACKED {
-                return _mm_loadu_ps(wd.add(r * nb + 4 * b));
-            }
-            _mm_set_ps(
-                *wd.add((r + 3) * nb + b),
-                *wd.add((r + 2) * nb + b),
-                *wd.add((r + 1) * nb + b),
-                *wd.add(r * nb + b),
-            )
-        };
-        // Scales of rows r..r+4 for blocks b and b+1, as [dw4(b), dw4(b+1)]:
-        // each row's two are adjacent, so four 8-byte loads and a transpose.
-        let dw4x2 = |b: usize| {
-            if PACKED {
-                return _mm256_loadu_ps(wd.add(r * nb + 4 * b));
-            }
-            // Unaligned 8-byte reads: a row's scale pair is only 4-byte
-            // aligned, and _mm_load_sd/_mm_loadh_pd dereference an f64
-            // pointer, which must be 8-byte aligned (Miri caught it).
-            let two = |j: usize, k: usize| {
-                let lo = wd.add((r + j) * nb + b).cast::<i64>().read_unaligned();
-                let hi = wd.add((r + k) * nb + b).cast::<i64>().read_unaligned();
-                _mm_castsi128_ps(_mm_set_epi64x(hi, lo))
-            };
-            let (v01, v23) = (two(0, 1), two(2, 3)); // [a(b) a(b+1) b(b) b(b+1)], rows 2–3 alike
-            _mm256_set_m128(
-                _mm_shuffle_ps::<0b11_01_11_01>(v01, v23),
-                _mm_shuffle_ps::<0b10_00_10_00>(v01, v23),
-            )
-        };
-        // Q4 runs whole quads of blocks first: four rows × four blocks make
-        // one 16-lane vector of int32 sums, lane group L for block b+L, each
-        // lane a running fma(sumi·dw, dx, acc) of its own.
-        let mut acc4 = _mm512_setzero_ps();
-        for qd in 0..quads {
-            let b = 4 * qd;
-            // Packed or not, the group is prefetched ahead in software.
-            // Packed Q8_0 was a little faster without it on Zen 4, but on
-            // an Intel Xeon (Sapphire Rapids or later) its hardware
-            // prefetchers alone read 65% of the probe cold, 82-90% with it.
-            prefetch::row_group::<PACKED>(wq, wd, stride, nb, r, b, 4, bb);
-            let xb = match xquads.get(qd) {
-                // SAFETY: slots 0..quads were written above when hoisted.
-                Some(slot) if hoisted => slot.assume_init(),
-                _ => x_quad_q4(xq.add(b * QK), xd.add(b)),
-            };
-            let sumi = hsum4_lanes(
-                q4_quad_dot(at(0, b * bb), xb),
-                q4_quad_dot(at(1, b * bb), xb),
-                q4_quad_dot(at(2, b * bb), xb),
-                q4_quad_dot(at(3, b * bb), xb),
-            );
-            let dw = if PACKED {
-                // Lane group L holds block b+L's four rows already.
-                _mm512_loadu_ps(wd.add(r * nb + 4 * b))
-            } else {
-                // Lane group j holds row j's four scales; transpose to group L = block b+L.
-                let scales = |j: usize| _mm_loadu_ps(wd.add((r + j) * nb + b));
-                let by_row = _mm512_insertf32x4(
-                    _mm512_insertf32x4(
-                        _mm512_insertf32x4(_mm512_castps128_ps512(scales(0)), scales(1), 1),
-                        scales(2),
-                        2,
-                    ),
-                    scales(3),
-                    3,
-                );
-                _mm512_permutexvar_ps(
-                    _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0),
-                    by_row,
-                )
-            };
-            acc4 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sumi), dw), xb.dx, acc4);
-        }
-        let mut acc = _mm256_setzero_ps();
-        let mut q8_dx = _mm256_setzero_ps();
-        for p in 0..pairs {
-            let b = 4 * quads + 2 * p;
-            prefetch::row_group::<PACKED>(wq, wd, stride, nb, r, b, 2, bb);
-            let sumi = if Q4 {
-                let xb = x_pair_q4(_mm512_loadu_si512(xq.add(b * QK).cast()));
-                hsum4x2_q4_epi32(
-                    q4_pair_dot(at(0, b * bb), xb),
-                    q4_pair_dot(at(1, b * bb), xb),
-                    q4_pair_dot(at(2, b * bb), xb),
-                    q4_pair_dot(at(3, b * bb), xb),
-                )
-            } else {
-                let (xb, dx) = match xpairs.get(p) {
-                    // SAFETY: slots 0..pairs were written above when hoisted.
-                    Some(slot) if pairs_hoisted => slot.assume_init(),
-                    _ => (x2(b), dx2(b)),
-                };
-                q8_dx = dx;
-                hsum4x2_epi32(
-                    pair_dot(load_w2::<Q4>(at(0, b * bb)), xb),
-                    pair_dot(load_w2::<Q4>(at(1, b * bb)), xb),
-                    pair_dot(load_w2::<Q4>(at(2, b * bb)), xb),
-                    pair_dot(load_w2::<Q4>(at(3, b * bb)), xb),
-                )
-            };
-            let dx = if Q4 { dx2(b) } else { q8_dx };
-            let dw = dw4x2(b);
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dw), dx, acc);
-        }
-        if nb % 2 == 1 {
-            let b = nb - 1;
-            let xb = x1(b);
-            let sumi = hsum4x2_epi32(
-                pair_dot(load_w1::<Q4>(at(0, b * bb)), xb),
-                pair_dot(load_w1::<Q4>(at(1, b * bb)), xb),
-                pair_dot(load_w1::<Q4>(at(2, b * bb)), xb),
-                pair_dot(load_w1::<Q4>(at(3, b * bb)), xb),
-            );
-            // Only the low (even) half: the odd sums must stay untouched.
-            let t = _mm_mul_ps(_mm_cvtepi32_ps(_mm256_castsi256_si128(sumi)), dw4(b));
-            let even = _mm_fmadd_ps(t, _mm_set1_ps(*xd.add(b)), _mm256_castps256_ps128(acc));
-            acc = _mm256_insertf128_ps(acc, even, 0);
-        }
-        let mut sums = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        if Q4 {
-            // ((L0 + L2) + (L1 + L3)) + (even + odd), as the tail adds them.
-            let q = _mm256_add_ps(
-                _mm512_castps512_ps256(acc4),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc4), 1)),
-            );
-            sums = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)), sums);
-        }
-        _mm_storeu_ps(y.add(r - r0), sums);
+        // SAFETY: y holds r1 − r0 rows.
+        unsafe { _mm_storeu_ps(y.add(r - r0), sums) };
         r += 4;
     }
     while r < r1 {
-        let row = wq.add(r * stride);
-        let dw = |b: usize| *wd.add(r * nb + b);
-        // The group's quad lanes, block by block in the same order.
-        let mut quad = [0.0f32; 4];
-        for qd in 0..quads {
-            for half in 0..2 {
-                let b = 4 * qd + 2 * half;
-                let v = pair_dot(load_w2::<Q4>(row.add(b * bb)), x2(b));
-                for (i, sumi) in [_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)]
-                    .into_iter()
-                    .enumerate()
-                {
-                    let lane = &mut quad[2 * half + i];
-                    *lane = (hsum_epi32(sumi) as f32 * dw(b + i)).mul_add(*xd.add(b + i), *lane);
-                }
-            }
+        // SAFETY: row r < r1 is row-major (after the last whole group, or an
+        // unpacked matrix) and bounded by check_matvec_any_layout; y holds
+        // r1 − r0 rows.
+        unsafe {
+            *y.add(r - r0) = tail_row::<Q4>(wq.add(r * stride), wd.add(r * nb), act, nb, quads, pairs);
         }
-        let (mut even, mut odd) = (0.0f32, 0.0f32);
-        for p in 0..pairs {
-            let b = 4 * quads + 2 * p;
-            let v = pair_dot(load_w2::<Q4>(row.add(b * bb)), x2(b));
-            let lo = hsum_epi32(_mm512_castsi512_si256(v));
-            let hi = hsum_epi32(_mm512_extracti64x4_epi64(v, 1));
-            even = (lo as f32 * dw(b)).mul_add(*xd.add(b), even);
-            odd = (hi as f32 * dw(b + 1)).mul_add(*xd.add(b + 1), odd);
-        }
-        if nb % 2 == 1 {
-            let b = nb - 1;
-            let v = pair_dot(load_w1::<Q4>(row.add(b * bb)), x1(b));
-            let lo = hsum_epi32(_mm512_castsi512_si256(v));
-            even = (lo as f32 * dw(b)).mul_add(*xd.add(b), even);
-        }
-        *y.add(r - r0) = if Q4 {
-            ((quad[0] + quad[2]) + (quad[1] + quad[3])) + (even + odd)
-        } else {
-            even + odd
-        };
         r += 1;
     }
 }
@@ -521,15 +797,7 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
 // ---------------------------------------------------------------------------
 // quantize_q8
 
-pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
-    // As the scalar kernel's zip: whole blocks that all three slices hold.
-    let blocks = (x.len() / QK).min(q.len() / QK).min(d.len());
-    for b in 0..blocks {
-        let (xb, qb) = (&x[b * QK..(b + 1) * QK], &mut q[b * QK..(b + 1) * QK]);
-        // SAFETY: AVX-512F verified by the guard; both slices are exactly QK long.
-        d[b] = unsafe { quantize_block(qb.as_mut_ptr(), xb.as_ptr()) };
-    }
-}
+quantize_by_blocks!();
 
 /// One block (two registers), bit-identical to `quant::quantize_block_q8`
 /// for every input (NaN and infinities included): amax and id are computed
@@ -537,10 +805,13 @@ pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
 /// with a separate multiply and add (no FMA), NaN → 0, clamped to ±127.
 /// Bitwise float ops go through the integer domain (no AVX512DQ needed).
 ///
-/// Safety: AVX-512F; `q` and `x` are valid for QK elements.
+/// # Safety
+///
+/// The CPU has AVX-512F/BW; `q` and `x` are valid for QK elements.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn quantize_block(q: *mut i8, x: *const f32) -> f32 {
-    let v = [_mm512_loadu_ps(x), _mm512_loadu_ps(x.add(16))];
+    // SAFETY: x holds QK = 32 floats (the caller's contract).
+    let v = unsafe { [_mm512_loadu_ps(x), _mm512_loadu_ps(x.add(16))] };
     // maxps returns its second operand when either is NaN, so a NaN |x| is
     // skipped, as f32::max skips it in the scalar fold; m holds no NaN, so
     // the reduction's order cannot matter.
@@ -563,7 +834,8 @@ unsafe fn quantize_block(q: *mut i8, x: *const f32) -> f32 {
         let r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r), r);
         let qi = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
         // In range already, so the truncating narrow is exact.
-        _mm_storeu_si128(q.add(16 * i).cast(), _mm512_cvtepi32_epi8(qi));
+        // SAFETY: q holds QK = 32 bytes (the caller's contract), i < 2.
+        unsafe { _mm_storeu_si128(q.add(16 * i).cast(), _mm512_cvtepi32_epi8(qi)) };
     }
     d
 }

@@ -47,6 +47,12 @@ compile_error!(
      (with RUSTFLAGS=\"-C target-feature=+neon\")"
 );
 
+// The x86 tiers' shared matvec driver and scale steps, before the tiers
+// for its macro.
+#[cfg(all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")))]
+#[macro_use]
+mod x86;
+
 // Tier modules, lowest first. Each exists only when its feature is on.
 #[cfg(all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")))]
 pub mod sse2;

@@ -257,3 +257,68 @@ pub(crate) fn check_matvec_any_layout(
     }
     nb
 }
+
+/// `quantize_q8` for a tier whose `unsafe fn quantize_block(q: *mut i8,
+/// x: *const f32) -> f32` quantizes one block of QK floats and returns its
+/// scale: as the scalar kernel's zip, the whole blocks all three slices hold.
+#[allow(unused_macros)]
+macro_rules! quantize_by_blocks {
+    () => {
+        pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
+            use crate::core::quant::QK;
+            let blocks = (x.len() / QK).min(q.len() / QK).min(d.len());
+            for b in 0..blocks {
+                let (xb, qb) = (&x[b * QK..(b + 1) * QK], &mut q[b * QK..(b + 1) * QK]);
+                // SAFETY: the tier's features are verified by the guard
+                // (`core::isa`) before any kernel runs; both slices are
+                // exactly QK long.
+                d[b] = unsafe { quantize_block(qb.as_mut_ptr(), xb.as_ptr()) };
+            }
+        }
+    };
+}
+
+/// `dot_f32`, `rmsnorm` and `axpy_f32` (and `add`, unless the tier says
+/// `without add`) for a tier with `unsafe fn dot(a, b, n) -> f32`,
+/// `unsafe fn scale_mul(o, x, w, scale, n)` (o = w · (scale · x)) and
+/// `unsafe fn axpy(y, a: Option<f32>, x, n)`, each reading n elements of
+/// each pointer.
+#[allow(unused_macros)]
+macro_rules! float_entry_points {
+    () => {
+        float_entry_points!(without add);
+
+        /// y += x
+        pub fn add(y: &mut [f32], x: &[f32]) {
+            let n = y.len().min(x.len());
+            // SAFETY: the tier's features are verified by the guard
+            // (`core::isa`); both slices hold n elements.
+            unsafe { axpy(y.as_mut_ptr(), None, x.as_ptr(), n) }
+        }
+    };
+    (without add) => {
+        pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+            let n = a.len().min(b.len());
+            // SAFETY: the tier's features are verified by the guard
+            // (`core::isa`); both slices hold n elements.
+            unsafe { dot(a.as_ptr(), b.as_ptr(), n) }
+        }
+
+        /// o = x / sqrt(mean(x²) + eps) · w
+        pub fn rmsnorm(o: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+            // SAFETY: as in dot_f32; x holds x.len() elements.
+            let ss = unsafe { dot(x.as_ptr(), x.as_ptr(), x.len()) } / x.len() as f32;
+            let scale = 1.0 / (ss + eps).sqrt();
+            let n = o.len().min(x.len()).min(w.len());
+            // SAFETY: as above; all three slices hold n elements.
+            unsafe { scale_mul(o.as_mut_ptr(), x.as_ptr(), w.as_ptr(), scale, n) }
+        }
+
+        /// y += a · x
+        pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
+            let n = y.len().min(x.len());
+            // SAFETY: as in dot_f32.
+            unsafe { axpy(y.as_mut_ptr(), Some(a), x.as_ptr(), n) }
+        }
+    };
+}

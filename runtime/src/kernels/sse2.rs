@@ -1,5 +1,5 @@
 //! SSE2 tier: the x86-64 baseline (and the i686 target's), so this build runs
-//! on every 64-bit x86 CPU. Implements all ten kernels with 128-bit vectors.
+//! on every 64-bit x86 CPU. Implements all twelve kernels with 128-bit vectors.
 //!
 //! Integer dot (spec §5): SSE2 has neither pmovsxbw nor pmaddubsw, so int8
 //! quants are sign-extended to int16 by interleaving each byte with itself
@@ -10,36 +10,18 @@
 //! its results are bit-identical to the reference. Only exp (polynomial) and
 //! reordered sums (dot_f32, rmsnorm, softmax) differ, within spec §7.
 //!
-//! Every intrinsic lives in an `unsafe fn` with `#[target_feature]`; the safe
-//! wrappers check slice bounds first. The guard (`core::isa::guard`) has
-//! verified the CPU before any kernel runs.
+//! Every intrinsic lives in a `#[target_feature]` function: safe where it
+//! touches registers only, an `unsafe fn` with a safety contract where it
+//! reads or writes memory. The safe entry points check slice bounds first;
+//! the guard (`core::isa`) has verified the CPU before any kernel runs.
 
 #[cfg(target_arch = "x86")]
 use std::arch::x86::*;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::prefetch;
-use crate::core::quant::{Q4_BLOCK_BYTES, QK};
-use crate::core::tensor::QAct;
-
 pub const TIER: &str = "sse2";
 pub const REQUIRED_FEATURES: &[&str] = &["sse2"];
-/// Kernels this module implements itself (it falls back on nothing).
-pub const PROVIDES: &[&str] = &[
-    "matvec_q8",
-    "matvec_q4",
-    "quantize_q8",
-    "rmsnorm",
-    "softmax",
-    "rope",
-    "silu_mul",
-    "add",
-    "dot_f32",
-    "axpy_f32",
-    "attn_scores",
-    "attn_mix",
-];
 
 // ---------------------------------------------------------------------------
 // Integer path: matvec_q8, matvec_q4
@@ -48,12 +30,17 @@ matvec_entry_points!();
 
 /// One weight block as 32 int8 in two vectors. Q4 nibbles are unpacked
 /// (low nibbles are elements 0–15, high nibbles 16–31) and re-centred, so
-/// both formats share the Q8 dot below.
+/// both formats share the Q8 dot below. The sse41 tier's too.
+///
+/// # Safety
+///
+/// `p` is readable for one block (QK bytes, Q4: Q4_BLOCK_BYTES).
 #[target_feature(enable = "sse2")]
 #[inline]
-unsafe fn load_w<const Q4: bool>(p: *const u8) -> [__m128i; 2] {
+pub(super) unsafe fn load_w<const Q4: bool>(p: *const u8) -> [__m128i; 2] {
     if Q4 {
-        let packed = _mm_loadu_si128(p.cast());
+        // SAFETY: a Q4 block is 16 bytes (the caller's contract).
+        let packed = unsafe { _mm_loadu_si128(p.cast()) };
         let low4 = _mm_set1_epi8(0x0F);
         let eight = _mm_set1_epi8(8);
         // No byte shift exists; a 16-bit shift leaks the neighbour's bits into
@@ -64,25 +51,41 @@ unsafe fn load_w<const Q4: bool>(p: *const u8) -> [__m128i; 2] {
             _mm_sub_epi8(hi, eight),
         ]
     } else {
-        [_mm_loadu_si128(p.cast()), _mm_loadu_si128(p.add(16).cast())]
+        // SAFETY: a Q8 block is 32 bytes (the caller's contract).
+        unsafe { [_mm_loadu_si128(p.cast()), _mm_loadu_si128(p.add(16).cast())] }
     }
 }
 
 /// Sign-extends 16 int8 to two vectors of 8 int16.
 #[target_feature(enable = "sse2")]
 #[inline]
-unsafe fn widen(v: __m128i) -> [__m128i; 2] {
+fn widen(v: __m128i) -> [__m128i; 2] {
     [
         _mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8),
         _mm_srai_epi16(_mm_unpackhi_epi8(v, v), 8),
     ]
 }
 
-/// Integer dot of a weight block with an activation block already widened to
-/// int16 (done once per block, shared by four rows); four int32 partials.
+/// An activation block widened to int16, once per block for four rows.
+///
+/// # Safety
+///
+/// `p` is readable for QK bytes.
 #[target_feature(enable = "sse2")]
 #[inline]
-unsafe fn block_dot(w: [__m128i; 2], x: &[__m128i; 4]) -> __m128i {
+unsafe fn load_x(p: *const i8) -> [__m128i; 4] {
+    // SAFETY: both loads lie in the QK bytes the caller guarantees.
+    let (lo, hi) = unsafe { (_mm_loadu_si128(p.cast()), _mm_loadu_si128(p.add(16).cast())) };
+    let [x0, x1] = widen(lo);
+    let [x2, x3] = widen(hi);
+    [x0, x1, x2, x3]
+}
+
+/// Integer dot of a weight block with an activation block already widened to
+/// int16 (`load_x`); four int32 partials.
+#[target_feature(enable = "sse2")]
+#[inline]
+fn block_dot(w: [__m128i; 2], x: &[__m128i; 4]) -> __m128i {
     let [w0, w1] = widen(w[0]);
     let [w2, w3] = widen(w[1]);
     // |products| ≤ 127², pairs ≤ 32258: no int32 overflow anywhere.
@@ -94,7 +97,7 @@ unsafe fn block_dot(w: [__m128i; 2], x: &[__m128i; 4]) -> __m128i {
 /// [Σa, Σb, Σc, Σd] by a 4×4 transpose-and-add (SSE2 has no phaddd).
 #[target_feature(enable = "sse2")]
 #[inline]
-unsafe fn hsum4_epi32(a: __m128i, b: __m128i, c: __m128i, d: __m128i) -> __m128i {
+fn hsum4(a: __m128i, b: __m128i, c: __m128i, d: __m128i) -> __m128i {
     let ab = _mm_add_epi32(_mm_unpacklo_epi32(a, b), _mm_unpackhi_epi32(a, b));
     let cd = _mm_add_epi32(_mm_unpacklo_epi32(c, d), _mm_unpackhi_epi32(c, d));
     _mm_add_epi32(_mm_unpacklo_epi64(ab, cd), _mm_unpackhi_epi64(ab, cd))
@@ -102,86 +105,21 @@ unsafe fn hsum4_epi32(a: __m128i, b: __m128i, c: __m128i, d: __m128i) -> __m128i
 
 #[target_feature(enable = "sse2")]
 #[inline]
-unsafe fn hsum_epi32(v: __m128i) -> i32 {
+fn hsum1(v: __m128i) -> i32 {
     let v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0b01_00_11_10));
     let v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0b10_11_00_01));
     _mm_cvtsi128_si32(v)
 }
 
-/// Rows four at a time, each activation block loaded and widened once for
-/// all four, then a row-at-a-time tail. Per row and block it adds
-/// `sumi · dw · dx` exactly as the scalar kernel does (same operations, same
-/// order), so the result is bit-identical to it.
-///
-/// Safety: SSE2; `check_matvec` has accepted these arguments.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "sse2")]
-unsafe fn matvec<const Q4: bool>(
-    y: *mut f32,
-    wq: *const u8,
-    wd: *const f32,
-    x: &QAct,
-    nb: usize,
-    stride: usize,
-    r0: usize,
-    r1: usize,
-) {
-    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
-    let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
-    let load_x = |b: usize| -> [__m128i; 4] {
-        let [x0, x1] = widen(_mm_loadu_si128(xq.add(b * QK).cast()));
-        let [x2, x3] = widen(_mm_loadu_si128(xq.add(b * QK + 16).cast()));
-        [x0, x1, x2, x3]
-    };
-    let mut r = r0;
-    while r + 4 <= r1 {
-        let row = |j: usize| wq.add((r + j) * stride);
-        let mut acc = _mm_setzero_ps();
-        for b in 0..nb {
-            prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
-            let xv = load_x(b);
-            let sumi = hsum4_epi32(
-                block_dot(load_w::<Q4>(row(0).add(b * bb)), &xv),
-                block_dot(load_w::<Q4>(row(1).add(b * bb)), &xv),
-                block_dot(load_w::<Q4>(row(2).add(b * bb)), &xv),
-                block_dot(load_w::<Q4>(row(3).add(b * bb)), &xv),
-            );
-            let dw = _mm_set_ps(
-                *wd.add((r + 3) * nb + b),
-                *wd.add((r + 2) * nb + b),
-                *wd.add((r + 1) * nb + b),
-                *wd.add(r * nb + b),
-            );
-            let t = _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(sumi), dw), _mm_set1_ps(*xd.add(b)));
-            acc = _mm_add_ps(acc, t);
-        }
-        _mm_storeu_ps(y.add(r - r0), acc);
-        r += 4;
-    }
-    while r < r1 {
-        let row = wq.add(r * stride);
-        let mut sum = 0.0f32;
-        for b in 0..nb {
-            let sumi = hsum_epi32(block_dot(load_w::<Q4>(row.add(b * bb)), &load_x(b)));
-            sum += sumi as f32 * *wd.add(r * nb + b) * *xd.add(b);
-        }
-        *y.add(r - r0) = sum;
-        r += 1;
-    }
-}
+// Per row and block `sumi · dw · dx` exactly as the scalar kernel adds it
+// (same operations, same order), so the result is bit-identical to it.
+use super::x86::{scale_exact1 as scale1, scale_exact4 as scale4};
+matvec_by_row_groups!("sse2");
 
 // ---------------------------------------------------------------------------
 // quantize_q8
 
-pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
-    // As the scalar kernel's zip: whole blocks that all three slices hold.
-    let blocks = (x.len() / QK).min(q.len() / QK).min(d.len());
-    for b in 0..blocks {
-        let (xb, qb) = (&x[b * QK..(b + 1) * QK], &mut q[b * QK..(b + 1) * QK]);
-        // SAFETY: SSE2 verified by the guard; both slices are exactly QK long.
-        d[b] = unsafe { quantize_block(qb.as_mut_ptr(), xb.as_ptr()) };
-    }
-}
+quantize_by_blocks!();
 
 /// One block, bit-identical to `quant::quantize_block_q8` for every input
 /// (NaN and infinities included): amax and id are computed in the same
@@ -191,35 +129,38 @@ pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
 /// Safety: SSE2; `q` and `x` are valid for QK elements.
 #[target_feature(enable = "sse2")]
 unsafe fn quantize_block(q: *mut i8, x: *const f32) -> f32 {
-    let sign = _mm_set1_ps(-0.0);
-    let v: [__m128; 8] = std::array::from_fn(|i| _mm_loadu_ps(x.add(4 * i)));
-    // maxps returns its second operand when either is NaN, so a NaN |x| is
-    // skipped, as f32::max skips it in the scalar fold.
-    let mut m = _mm_setzero_ps();
-    for &vi in &v {
-        m = _mm_max_ps(_mm_andnot_ps(sign, vi), m);
-    }
-    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-    let d = amax / 127.0;
-    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let sign = _mm_set1_ps(-0.0);
+        let v: [__m128; 8] = std::array::from_fn(|i| _mm_loadu_ps(x.add(4 * i)));
+        // maxps returns its second operand when either is NaN, so a NaN |x| is
+        // skipped, as f32::max skips it in the scalar fold.
+        let mut m = _mm_setzero_ps();
+        for &vi in &v {
+            m = _mm_max_ps(_mm_andnot_ps(sign, vi), m);
+        }
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
 
-    let idv = _mm_set1_ps(id);
-    let half = _mm_set1_ps(0.5);
-    let (lo, hi) = (_mm_set1_ps(-127.0), _mm_set1_ps(127.0));
-    let mut qi = [_mm_setzero_si128(); 8];
-    for (qv, &vi) in qi.iter_mut().zip(&v) {
-        let r = _mm_add_ps(_mm_mul_ps(vi, idv), _mm_or_ps(_mm_and_ps(vi, sign), half));
-        // The scalar `as i8` maps NaN to 0; cvttps would give INT_MIN.
-        let r = _mm_and_ps(r, _mm_cmpord_ps(r, r));
-        *qv = _mm_cvttps_epi32(_mm_min_ps(_mm_max_ps(r, lo), hi));
+        let idv = _mm_set1_ps(id);
+        let half = _mm_set1_ps(0.5);
+        let (lo, hi) = (_mm_set1_ps(-127.0), _mm_set1_ps(127.0));
+        let mut qi = [_mm_setzero_si128(); 8];
+        for (qv, &vi) in qi.iter_mut().zip(&v) {
+            let r = _mm_add_ps(_mm_mul_ps(vi, idv), _mm_or_ps(_mm_and_ps(vi, sign), half));
+            // The scalar `as i8` maps NaN to 0; cvttps would give INT_MIN.
+            let r = _mm_and_ps(r, _mm_cmpord_ps(r, r));
+            *qv = _mm_cvttps_epi32(_mm_min_ps(_mm_max_ps(r, lo), hi));
+        }
+        // In range already, so the saturating packs only narrow.
+        let w0 = _mm_packs_epi16(_mm_packs_epi32(qi[0], qi[1]), _mm_packs_epi32(qi[2], qi[3]));
+        let w1 = _mm_packs_epi16(_mm_packs_epi32(qi[4], qi[5]), _mm_packs_epi32(qi[6], qi[7]));
+        _mm_storeu_si128(q.cast(), w0);
+        _mm_storeu_si128(q.add(16).cast(), w1);
+        d
     }
-    // In range already, so the saturating packs only narrow.
-    let w0 = _mm_packs_epi16(_mm_packs_epi32(qi[0], qi[1]), _mm_packs_epi32(qi[2], qi[3]));
-    let w1 = _mm_packs_epi16(_mm_packs_epi32(qi[4], qi[5]), _mm_packs_epi32(qi[6], qi[7]));
-    _mm_storeu_si128(q.cast(), w0);
-    _mm_storeu_si128(q.add(16).cast(), w1);
-    d
 }
 
 // ---------------------------------------------------------------------------
@@ -235,7 +176,7 @@ unsafe fn quantize_block(q: *mut i8, x: *const f32) -> f32 {
 /// normal float for every n the clamp allows.
 #[target_feature(enable = "sse2")]
 #[inline]
-unsafe fn exp_ps(x: __m128) -> __m128 {
+fn exp_ps(x: __m128) -> __m128 {
     let x = _mm_min_ps(_mm_max_ps(x, _mm_set1_ps(EXP_LO)), _mm_set1_ps(EXP_HI));
     let n = _mm_cvtps_epi32(_mm_mul_ps(x, _mm_set1_ps(std::f32::consts::LOG2_E)));
     let nf = _mm_cvtepi32_ps(n);
@@ -256,38 +197,19 @@ unsafe fn exp_ps(x: __m128) -> __m128 {
 
 use super::exp_poly::{EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO};
 
-/// e^x of each element, in place: the polynomial the float kernels use,
-/// exposed so the tests can hold it to spec §5's 1e-6.
-#[doc(hidden)]
-pub fn exp_in_place(v: &mut [f32]) {
-    for c in v.chunks_mut(4) {
-        let mut buf = [0.0f32; 4];
-        buf[..c.len()].copy_from_slice(c);
-        // SAFETY: SSE2 verified by the guard; buf holds four floats.
-        unsafe { exp4(buf.as_mut_ptr()) };
-        c.copy_from_slice(&buf[..c.len()]);
-    }
-}
-
-/// Safety: SSE2; `p` valid for four floats.
-#[target_feature(enable = "sse2")]
-unsafe fn exp4(p: *mut f32) {
-    _mm_storeu_ps(p, exp_ps(_mm_loadu_ps(p)))
-}
-
 // ---------------------------------------------------------------------------
 // Float kernels
 
 #[target_feature(enable = "sse2")]
 #[inline]
-unsafe fn hsum_ps(v: __m128) -> f32 {
+fn hsum_ps(v: __m128) -> f32 {
     let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
     _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)))
 }
 
 #[target_feature(enable = "sse2")]
 #[inline]
-unsafe fn hmax_ps(v: __m128) -> f32 {
+fn hmax_ps(v: __m128) -> f32 {
     let v = _mm_max_ps(v, _mm_movehl_ps(v, v));
     _mm_cvtss_f32(_mm_max_ss(v, _mm_shuffle_ps(v, v, 1)))
 }
@@ -297,41 +219,28 @@ unsafe fn hmax_ps(v: __m128) -> f32 {
 /// Safety: SSE2; `a` and `b` valid for n reads.
 #[target_feature(enable = "sse2")]
 unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
-    let mut acc = [_mm_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 16 <= n {
-        for (j, s) in acc.iter_mut().enumerate() {
-            let k = i + 4 * j;
-            *s = _mm_add_ps(*s, _mm_mul_ps(_mm_loadu_ps(a.add(k)), _mm_loadu_ps(b.add(k))));
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let mut acc = [_mm_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 16 <= n {
+            for (j, s) in acc.iter_mut().enumerate() {
+                let k = i + 4 * j;
+                *s = _mm_add_ps(*s, _mm_mul_ps(_mm_loadu_ps(a.add(k)), _mm_loadu_ps(b.add(k))));
+            }
+            i += 16;
         }
-        i += 16;
+        while i + 4 <= n {
+            acc[0] = _mm_add_ps(acc[0], _mm_mul_ps(_mm_loadu_ps(a.add(i)), _mm_loadu_ps(b.add(i))));
+            i += 4;
+        }
+        let mut sum = hsum_ps(_mm_add_ps(_mm_add_ps(acc[0], acc[1]), _mm_add_ps(acc[2], acc[3])));
+        while i < n {
+            sum += *a.add(i) * *b.add(i);
+            i += 1;
+        }
+        sum
     }
-    while i + 4 <= n {
-        acc[0] = _mm_add_ps(acc[0], _mm_mul_ps(_mm_loadu_ps(a.add(i)), _mm_loadu_ps(b.add(i))));
-        i += 4;
-    }
-    let mut sum = hsum_ps(_mm_add_ps(_mm_add_ps(acc[0], acc[1]), _mm_add_ps(acc[2], acc[3])));
-    while i < n {
-        sum += *a.add(i) * *b.add(i);
-        i += 1;
-    }
-    sum
-}
-
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    // SAFETY: SSE2 verified by the guard; both slices hold n elements.
-    unsafe { dot(a.as_ptr(), b.as_ptr(), n) }
-}
-
-/// o = x / sqrt(mean(x²) + eps) · w
-pub fn rmsnorm(o: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
-    // SAFETY: SSE2 verified by the guard; x holds x.len() elements.
-    let ss = unsafe { dot(x.as_ptr(), x.as_ptr(), x.len()) } / x.len() as f32;
-    let scale = 1.0 / (ss + eps).sqrt();
-    let n = o.len().min(x.len()).min(w.len());
-    // SAFETY: as above; all three slices hold n elements.
-    unsafe { scale_mul(o.as_mut_ptr(), x.as_ptr(), w.as_ptr(), scale, n) }
 }
 
 /// o[i] = w[i] · (scale · x[i]), the scalar kernel's order.
@@ -339,77 +248,27 @@ pub fn rmsnorm(o: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
 /// Safety: SSE2; pointers valid for n elements.
 #[target_feature(enable = "sse2")]
 unsafe fn scale_mul(o: *mut f32, x: *const f32, w: *const f32, scale: f32, n: usize) {
-    let s = _mm_set1_ps(scale);
-    let mut i = 0;
-    while i + 4 <= n {
-        _mm_storeu_ps(
-            o.add(i),
-            _mm_mul_ps(_mm_loadu_ps(w.add(i)), _mm_mul_ps(s, _mm_loadu_ps(x.add(i)))),
-        );
-        i += 4;
-    }
-    while i < n {
-        *o.add(i) = *w.add(i) * (scale * *x.add(i));
-        i += 1;
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let s = _mm_set1_ps(scale);
+        let mut i = 0;
+        while i + 4 <= n {
+            _mm_storeu_ps(
+                o.add(i),
+                _mm_mul_ps(_mm_loadu_ps(w.add(i)), _mm_mul_ps(s, _mm_loadu_ps(x.add(i)))),
+            );
+            i += 4;
+        }
+        while i < n {
+            *o.add(i) = *w.add(i) * (scale * *x.add(i));
+            i += 1;
+        }
     }
 }
 
-/// In-place softmax, shifted by the maximum for stability.
-pub fn softmax(x: &mut [f32]) {
-    if x.is_empty() {
-        return;
-    }
-    // SAFETY: SSE2 verified by the guard; pointer and length are x's.
-    unsafe { softmax_sse2(x.as_mut_ptr(), x.len()) }
-}
-
-/// Safety: SSE2; `x` valid for n ≥ 1 elements.
-#[target_feature(enable = "sse2")]
-unsafe fn softmax_sse2(x: *mut f32, n: usize) {
-    let mut m = _mm_set1_ps(f32::NEG_INFINITY);
-    let mut i = 0;
-    while i + 4 <= n {
-        m = _mm_max_ps(_mm_loadu_ps(x.add(i)), m);
-        i += 4;
-    }
-    let mut max = hmax_ps(m);
-    for j in i..n {
-        max = max.max(*x.add(j));
-    }
-
-    let mv = _mm_set1_ps(max);
-    let mut acc = _mm_setzero_ps();
-    let mut i = 0;
-    while i + 4 <= n {
-        let e = exp_ps(_mm_sub_ps(_mm_loadu_ps(x.add(i)), mv));
-        _mm_storeu_ps(x.add(i), e);
-        acc = _mm_add_ps(acc, e);
-        i += 4;
-    }
-    let mut sum = hsum_ps(acc);
-    if i < n {
-        // Padding lanes are computed but neither stored nor summed.
-        let mut buf = [0.0f32; 4];
-        for (j, v) in buf.iter_mut().enumerate().take(n - i) {
-            *v = *x.add(i + j) - max;
-        }
-        _mm_storeu_ps(buf.as_mut_ptr(), exp_ps(_mm_loadu_ps(buf.as_ptr())));
-        for (j, &v) in buf.iter().enumerate().take(n - i) {
-            *x.add(i + j) = v;
-            sum += v;
-        }
-    }
-
-    // Divide, as the scalar kernel does, rather than multiply by 1/sum.
-    let sv = _mm_set1_ps(sum);
-    let mut i = 0;
-    while i + 4 <= n {
-        _mm_storeu_ps(x.add(i), _mm_div_ps(_mm_loadu_ps(x.add(i)), sv));
-        i += 4;
-    }
-    for j in i..n {
-        *x.add(j) /= sum;
-    }
+exp_kernels! {
+    "sse2", __m128, 4;
+    _mm_set1_ps _mm_setzero_ps _mm_loadu_ps _mm_storeu_ps _mm_add_ps _mm_sub_ps _mm_mul_ps _mm_div_ps _mm_max_ps _mm_xor_ps
 }
 
 rope_by_heads!();
@@ -421,62 +280,31 @@ rope_by_heads!();
 /// Safety: SSE2; `v` valid for 2·pairs elements, cos/sin for `pairs`.
 #[target_feature(enable = "sse2")]
 unsafe fn rotate(v: *mut f32, cos: *const f32, sin: *const f32, pairs: usize) {
-    let neg_even = _mm_castsi128_ps(_mm_set_epi32(0, i32::MIN, 0, i32::MIN));
-    let mut i = 0;
-    while i + 2 <= pairs {
-        let x = _mm_loadu_ps(v.add(2 * i));
-        // [c_i, c_i+1] loaded as 64 bits, then each duplicated.
-        let c = _mm_castsi128_ps(_mm_loadl_epi64(cos.add(i).cast()));
-        let s = _mm_castsi128_ps(_mm_loadl_epi64(sin.add(i).cast()));
-        let (c, s) = (_mm_unpacklo_ps(c, c), _mm_unpacklo_ps(s, s));
-        let swapped = _mm_shuffle_ps(x, x, 0b10_11_00_01);
-        let rot = _mm_xor_ps(_mm_mul_ps(swapped, s), neg_even);
-        _mm_storeu_ps(v.add(2 * i), _mm_add_ps(_mm_mul_ps(x, c), rot));
-        i += 2;
-    }
-    if i < pairs {
-        let (a, b) = (*v.add(2 * i), *v.add(2 * i + 1));
-        let (c, s) = (*cos.add(i), *sin.add(i));
-        *v.add(2 * i) = a * c - b * s;
-        *v.add(2 * i + 1) = a * s + b * c;
-    }
-}
-
-/// g = silu(g) · u, with silu(v) = v / (1 + e^(−v)).
-pub fn silu_mul(g: &mut [f32], u: &[f32]) {
-    let n = g.len().min(u.len());
-    // SAFETY: SSE2 verified by the guard; both slices hold n elements.
-    unsafe { silu_mul_sse2(g.as_mut_ptr(), u.as_ptr(), n) }
-}
-
-/// Safety: SSE2; pointers valid for n elements.
-#[target_feature(enable = "sse2")]
-unsafe fn silu_mul_sse2(g: *mut f32, u: *const f32, n: usize) {
-    let one = _mm_set1_ps(1.0);
-    let silu = |gv: __m128, uv: __m128| {
-        let e = exp_ps(_mm_xor_ps(gv, _mm_set1_ps(-0.0)));
-        _mm_mul_ps(_mm_div_ps(gv, _mm_add_ps(one, e)), uv)
-    };
-    let mut i = 0;
-    while i + 4 <= n {
-        _mm_storeu_ps(g.add(i), silu(_mm_loadu_ps(g.add(i)), _mm_loadu_ps(u.add(i))));
-        i += 4;
-    }
-    if i < n {
-        let (mut gb, mut ub) = ([0.0f32; 4], [0.0f32; 4]);
-        for j in 0..n - i {
-            gb[j] = *g.add(i + j);
-            ub[j] = *u.add(i + j);
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let neg_even = _mm_castsi128_ps(_mm_set_epi32(0, i32::MIN, 0, i32::MIN));
+        let mut i = 0;
+        while i + 2 <= pairs {
+            let x = _mm_loadu_ps(v.add(2 * i));
+            // [c_i, c_i+1] loaded as 64 bits, then each duplicated.
+            let c = _mm_castsi128_ps(_mm_loadl_epi64(cos.add(i).cast()));
+            let s = _mm_castsi128_ps(_mm_loadl_epi64(sin.add(i).cast()));
+            let (c, s) = (_mm_unpacklo_ps(c, c), _mm_unpacklo_ps(s, s));
+            let swapped = _mm_shuffle_ps(x, x, 0b10_11_00_01);
+            let rot = _mm_xor_ps(_mm_mul_ps(swapped, s), neg_even);
+            _mm_storeu_ps(v.add(2 * i), _mm_add_ps(_mm_mul_ps(x, c), rot));
+            i += 2;
         }
-        _mm_storeu_ps(
-            gb.as_mut_ptr(),
-            silu(_mm_loadu_ps(gb.as_ptr()), _mm_loadu_ps(ub.as_ptr())),
-        );
-        for (j, &v) in gb.iter().enumerate().take(n - i) {
-            *g.add(i + j) = v;
+        if i < pairs {
+            let (a, b) = (*v.add(2 * i), *v.add(2 * i + 1));
+            let (c, s) = (*cos.add(i), *sin.add(i));
+            *v.add(2 * i) = a * c - b * s;
+            *v.add(2 * i + 1) = a * s + b * c;
         }
     }
 }
+
+float_entry_points!(without add);
 
 /// y += x
 pub fn add(y: &mut [f32], x: &[f32]) {
@@ -502,36 +330,32 @@ extern "C" {
     fn ml_k_add_sse2(y: *mut f32, x: *const f32, n: usize);
 }
 
-/// y += a · x
-pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
-    let n = y.len().min(x.len());
-    // SAFETY: SSE2 verified by the guard; both slices hold n elements.
-    unsafe { axpy(y.as_mut_ptr(), Some(a), x.as_ptr(), n) }
-}
-
 /// y += a·x, or y += x without a; multiply then add, as the scalar kernels.
 ///
 /// Safety: SSE2; pointers valid for n elements.
 #[target_feature(enable = "sse2")]
 unsafe fn axpy(y: *mut f32, a: Option<f32>, x: *const f32, n: usize) {
-    let term = |xv: __m128| match a {
-        Some(a) => _mm_mul_ps(_mm_set1_ps(a), xv),
-        None => xv,
-    };
-    let mut i = 0;
-    while i + 8 <= n {
-        let t0 = term(_mm_loadu_ps(x.add(i)));
-        let t1 = term(_mm_loadu_ps(x.add(i + 4)));
-        _mm_storeu_ps(y.add(i), _mm_add_ps(_mm_loadu_ps(y.add(i)), t0));
-        _mm_storeu_ps(y.add(i + 4), _mm_add_ps(_mm_loadu_ps(y.add(i + 4)), t1));
-        i += 8;
-    }
-    while i < n {
-        *y.add(i) += match a {
-            Some(a) => a * *x.add(i),
-            None => *x.add(i),
+    // SAFETY: the caller upholds this function's contract (above).
+    unsafe {
+        let term = |xv: __m128| match a {
+            Some(a) => _mm_mul_ps(_mm_set1_ps(a), xv),
+            None => xv,
         };
-        i += 1;
+        let mut i = 0;
+        while i + 8 <= n {
+            let t0 = term(_mm_loadu_ps(x.add(i)));
+            let t1 = term(_mm_loadu_ps(x.add(i + 4)));
+            _mm_storeu_ps(y.add(i), _mm_add_ps(_mm_loadu_ps(y.add(i)), t0));
+            _mm_storeu_ps(y.add(i + 4), _mm_add_ps(_mm_loadu_ps(y.add(i + 4)), t1));
+            i += 8;
+        }
+        while i < n {
+            *y.add(i) += match a {
+                Some(a) => a * *x.add(i),
+                None => *x.add(i),
+            };
+            i += 1;
+        }
     }
 }
 

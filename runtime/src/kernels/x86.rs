@@ -1,0 +1,293 @@
+//! What the x86 tiers' matvecs share around their block dot product: the
+//! four-row driver (`matvec_by_row_groups!`), the gather of four rows'
+//! scales, and the two ways a tier applies the scales to a block's int32
+//! sums (exactly as the scalar kernel, or with FMA).
+//!
+//! A tier's integer path is then a few routines on registers (how it loads
+//! an activation block and a weight block, its block dot, its horizontal
+//! sums) and one line naming its scale step; `avxvnni.rs` is the smallest
+//! example. The block dot takes and returns registers only and the scale
+//! step is separate, so a kernel over several activation rows can reuse
+//! both and keep the matvec's per-block sums and their order.
+//!
+//! Declared in `kernels/mod.rs` before the tiers, with `#[macro_use]`.
+
+#[cfg(target_arch = "x86")]
+use std::arch::x86::*;
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// The scales of rows r..r+4 for block b, row r in lane 0.
+///
+/// # Safety
+///
+/// `wd[(r + j)·nb + b]` is readable for j < 4.
+#[target_feature(enable = "sse2")]
+#[inline]
+pub(crate) unsafe fn row_scales(wd: *const f32, r: usize, nb: usize, b: usize) -> __m128 {
+    // SAFETY: the caller guarantees the four scales are readable.
+    unsafe {
+        _mm_set_ps(
+            *wd.add((r + 3) * nb + b),
+            *wd.add((r + 2) * nb + b),
+            *wd.add((r + 1) * nb + b),
+            *wd.add(r * nb + b),
+        )
+    }
+}
+
+/// acc + (sumi·dw)·dx for four rows: the scalar kernel's operations in its
+/// order, so the sse2/sse41 matvecs are bit-identical to it.
+#[target_feature(enable = "sse2")]
+#[inline]
+pub(crate) fn scale_exact4(acc: __m128, sumi: __m128i, dw: __m128, dx: f32) -> __m128 {
+    _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(sumi), dw), _mm_set1_ps(dx)))
+}
+
+/// `scale_exact4` for one row.
+#[inline(always)]
+pub(crate) fn scale_exact1(sum: f32, sumi: i32, dw: f32, dx: f32) -> f32 {
+    sum + sumi as f32 * dw * dx
+}
+
+#[cfg(feature = "isa-avx2")]
+/// fma(sumi·dw, dx, acc) for four rows: one rounding fewer than the scalar
+/// kernel (spec §7 allows it).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(crate) fn scale_fma4(acc: __m128, sumi: __m128i, dw: __m128, dx: f32) -> __m128 {
+    _mm_fmadd_ps(_mm_mul_ps(_mm_cvtepi32_ps(sumi), dw), _mm_set1_ps(dx), acc)
+}
+
+#[cfg(feature = "isa-avx2")]
+/// `scale_fma4` for one row, rounded the same way.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(crate) fn scale_fma1(sum: f32, sumi: i32, dw: f32, dx: f32) -> f32 {
+    (sumi as f32 * dw).mul_add(dx, sum)
+}
+
+/// The `unsafe fn matvec<const Q4: bool>(y, wq, wd, x, nb, stride, r0, r1)`
+/// that `matvec_entry_points!` calls, for a tier that names in scope:
+///
+/// * `unsafe fn load_x(p: *const i8) -> X`: one activation block (QK
+///   bytes at p) prepared once for the four rows that share it;
+/// * `unsafe fn load_w::<Q4>(p: *const u8) -> W`: one weight block as 32
+///   int8 (Q4: nibbles unpacked and re-centred);
+/// * `fn block_dot(w: W, x: &X) -> V`: int32 partial sums of one block;
+/// * `fn hsum4(V, V, V, V) -> __m128i`: the four rows' block sums;
+/// * `fn hsum1(V) -> i32`: one row's block sum;
+/// * `scale4`/`scale1`: the scale step, `scale_exact*` or `scale_fma*`.
+///
+/// Rows go four at a time, each activation block loaded once for all four,
+/// then one at a time. Each row adds its blocks' scaled sums in block order
+/// with the same operations in the group and in the tail, so a row's result
+/// does not depend on how [r0, r1) splits into groups.
+macro_rules! matvec_by_row_groups {
+    ($features:literal) => {
+        /// # Safety
+        ///
+        /// The CPU has the tier's features and `check_matvec` has accepted
+        /// these arguments (every row, block and scale read is in bounds).
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        unsafe fn matvec<const Q4: bool>(
+            y: *mut f32,
+            wq: *const u8,
+            wd: *const f32,
+            x: &crate::core::tensor::QAct,
+            nb: usize,
+            stride: usize,
+            r0: usize,
+            r1: usize,
+        ) {
+            use crate::core::quant::{Q4_BLOCK_BYTES, QK};
+            let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+            let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
+            let mut r = r0;
+            while r + 4 <= r1 {
+                let mut acc = _mm_setzero_ps();
+                for b in 0..nb {
+                    super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
+                    // SAFETY: check_matvec bounded rows r..r+4 (r + 4 ≤ r1),
+                    // their block b and its scales, and activation block b.
+                    let (sumi, dw, dx) = unsafe {
+                        let xb = load_x(xq.add(b * QK));
+                        let w = |j: usize| load_w::<Q4>(wq.add((r + j) * stride + b * bb));
+                        let sumi = hsum4(
+                            block_dot(w(0), &xb),
+                            block_dot(w(1), &xb),
+                            block_dot(w(2), &xb),
+                            block_dot(w(3), &xb),
+                        );
+                        (sumi, super::x86::row_scales(wd, r, nb, b), *xd.add(b))
+                    };
+                    acc = scale4(acc, sumi, dw, dx);
+                }
+                // SAFETY: y holds r1 − r0 rows (check_matvec).
+                unsafe { _mm_storeu_ps(y.add(r - r0), acc) };
+                r += 4;
+            }
+            while r < r1 {
+                let mut sum = 0.0f32;
+                for b in 0..nb {
+                    // SAFETY: as above, for row r < r1.
+                    let (sumi, dw, dx) = unsafe {
+                        let v = block_dot(load_w::<Q4>(wq.add(r * stride + b * bb)), &load_x(xq.add(b * QK)));
+                        (hsum1(v), *wd.add(r * nb + b), *xd.add(b))
+                    };
+                    sum = scale1(sum, sumi, dw, dx);
+                }
+                // SAFETY: as above.
+                unsafe { *y.add(r - r0) = sum };
+                r += 1;
+            }
+        }
+    };
+}
+
+/// The kernels built on the tier's `exp_ps`: `softmax`, `silu_mul`, and
+/// `exp_in_place` for the tests, the same passes at any vector width.
+/// Invoked as `exp_kernels! { "features", vector type, lanes; set1 setzero
+/// loadu storeu add sub mul div max xor }` with the tier's intrinsic for
+/// each of those operations; `exp_ps`, `hsum_ps` and `hmax_ps` (safe,
+/// registers only) are the tier's, in scope.
+///
+/// * softmax: max, then e^(x − max) stored and summed, then each divided
+///   by the sum (the scalar kernel divides; 1/sum would round differently).
+///   A partial last vector goes through a buffer: its padding lanes are
+///   computed but neither stored nor summed.
+/// * silu_mul: g = g / (1 + e^(−g)) · u, the last partial vector likewise.
+macro_rules! exp_kernels {
+    (
+        $features:literal, $v:ty, $lanes:literal;
+        $set1:ident $setzero:ident $loadu:ident $storeu:ident $add:ident $sub:ident
+        $mul:ident $div:ident $max:ident $xor:ident
+    ) => {
+        /// e^x of each element, in place: the polynomial the float kernels
+        /// use, exposed so the tests can hold it to spec §5's 1e-6.
+        #[doc(hidden)]
+        pub fn exp_in_place(v: &mut [f32]) {
+            for c in v.chunks_mut($lanes) {
+                let mut buf = [0.0f32; $lanes];
+                buf[..c.len()].copy_from_slice(c);
+                // SAFETY: the tier's features are verified by the guard
+                // (`core::isa`); buf holds one vector.
+                unsafe { exp_vector(buf.as_mut_ptr()) };
+                c.copy_from_slice(&buf[..c.len()]);
+            }
+        }
+
+        /// # Safety
+        ///
+        /// The CPU has the tier's features; `p` is valid for one vector.
+        #[target_feature(enable = $features)]
+        unsafe fn exp_vector(p: *mut f32) {
+            // SAFETY: one vector at p (the contract).
+            unsafe { $storeu(p, exp_ps($loadu(p))) }
+        }
+
+        /// In-place softmax, shifted by the maximum for stability.
+        pub fn softmax(x: &mut [f32]) {
+            if x.is_empty() {
+                return;
+            }
+            // SAFETY: the tier's features are verified by the guard
+            // (`core::isa`); pointer and length are x's.
+            unsafe { softmax_in_place(x.as_mut_ptr(), x.len()) }
+        }
+
+        /// # Safety
+        ///
+        /// The CPU has the tier's features; `x` is valid for n ≥ 1 elements.
+        #[target_feature(enable = $features)]
+        unsafe fn softmax_in_place(x: *mut f32, n: usize) {
+            // SAFETY: every access below is x[j] for j < n (the contract).
+            unsafe {
+                let mut m = $set1(f32::NEG_INFINITY);
+                let mut i = 0;
+                while i + $lanes <= n {
+                    m = $max($loadu(x.add(i)), m);
+                    i += $lanes;
+                }
+                let mut max = hmax_ps(m);
+                for j in i..n {
+                    max = max.max(*x.add(j));
+                }
+
+                let mv = $set1(max);
+                let mut acc = $setzero();
+                let mut i = 0;
+                while i + $lanes <= n {
+                    let e = exp_ps($sub($loadu(x.add(i)), mv));
+                    $storeu(x.add(i), e);
+                    acc = $add(acc, e);
+                    i += $lanes;
+                }
+                let mut sum = hsum_ps(acc);
+                if i < n {
+                    let mut buf = [0.0f32; $lanes];
+                    for (j, v) in buf.iter_mut().enumerate().take(n - i) {
+                        *v = *x.add(i + j) - max;
+                    }
+                    $storeu(buf.as_mut_ptr(), exp_ps($loadu(buf.as_ptr())));
+                    for (j, &v) in buf.iter().enumerate().take(n - i) {
+                        *x.add(i + j) = v;
+                        sum += v;
+                    }
+                }
+
+                let sv = $set1(sum);
+                let mut i = 0;
+                while i + $lanes <= n {
+                    $storeu(x.add(i), $div($loadu(x.add(i)), sv));
+                    i += $lanes;
+                }
+                for j in i..n {
+                    *x.add(j) /= sum;
+                }
+            }
+        }
+
+        /// g = silu(g) · u, with silu(v) = v / (1 + e^(−v)).
+        pub fn silu_mul(g: &mut [f32], u: &[f32]) {
+            let n = g.len().min(u.len());
+            // SAFETY: the tier's features are verified by the guard
+            // (`core::isa`); both slices hold n elements.
+            unsafe { silu_mul_in_place(g.as_mut_ptr(), u.as_ptr(), n) }
+        }
+
+        /// # Safety
+        ///
+        /// The CPU has the tier's features; `g` and `u` are valid for n
+        /// elements.
+        #[target_feature(enable = $features)]
+        unsafe fn silu_mul_in_place(g: *mut f32, u: *const f32, n: usize) {
+            let one = $set1(1.0);
+            let silu = |gv: $v, uv: $v| {
+                let e = exp_ps($xor(gv, $set1(-0.0)));
+                $mul($div(gv, $add(one, e)), uv)
+            };
+            // SAFETY: every access below is g[j] or u[j] for j < n (the
+            // contract).
+            unsafe {
+                let mut i = 0;
+                while i + $lanes <= n {
+                    $storeu(g.add(i), silu($loadu(g.add(i)), $loadu(u.add(i))));
+                    i += $lanes;
+                }
+                if i < n {
+                    let (mut gb, mut ub) = ([0.0f32; $lanes], [0.0f32; $lanes]);
+                    for j in 0..n - i {
+                        gb[j] = *g.add(i + j);
+                        ub[j] = *u.add(i + j);
+                    }
+                    $storeu(gb.as_mut_ptr(), silu($loadu(gb.as_ptr()), $loadu(ub.as_ptr())));
+                    for (j, &v) in gb.iter().enumerate().take(n - i) {
+                        *g.add(i + j) = v;
+                    }
+                }
+            }
+        }
+    };
+}
