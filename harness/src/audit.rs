@@ -218,9 +218,7 @@ const ENTRY_POINTS: &[&str] = &["_start", "mainCRTStartup", "WinMainCRTStartup"]
 
 /// The pre-main CPU check of builds with a crate-wide ISA flag.
 fn is_pre_main_guard(symbol: &str) -> bool {
-    symbol
-        .trim_start_matches('<')
-        .starts_with("legacy_ml::guard::early::")
+    symbol.trim_start_matches('<').starts_with("legacy_ml::guard::early::")
 }
 
 /// C start-up code: runs before any constructor, so always at the target baseline.

@@ -1,5 +1,5 @@
 //! The golden logits (insta snapshots written by runtime/tests/it/golden.rs)
-//! and the end-to-end comparison of spec §7: per step,
+//! and the end-to-end comparison of DESIGN.md §7: per step,
 //! max |Δ| / max |golden| ≤ tolerance, and identical greedy tokens.
 
 use anyhow::{bail, Context, Result};

@@ -72,7 +72,7 @@ pub enum Family {
     Arm,
 }
 
-/// One ISA tier of spec §3.
+/// One ISA tier of DESIGN.md §3.
 #[derive(Debug)]
 pub struct Tier {
     pub name: &'static str,

@@ -1,4 +1,4 @@
-//! Block quantization formats (spec §4). Weights and activations are split
+//! Block quantization formats (DESIGN.md §4). Weights and activations are split
 //! into blocks of `QK` elements; each block has one f32 scale `d`.
 //!
 //! * Q8_0: int8 quants in [-127, 127], value = q · d.

@@ -1,4 +1,4 @@
-//! A persistent worker pool with a barrier (spec §6, THREADS=pthread): the
+//! A persistent worker pool with a barrier (DESIGN.md §6): the
 //! calling thread and N−1 workers all run the same job, each with its index,
 //! and `run` returns only when every one has finished.
 //!

@@ -1,5 +1,5 @@
 //! The guard of builds compiled with NEON for the whole crate: ARMv7's
-//! `isa-neon` (spec §6; ARMv7 NEON intrinsics and per-function NEON are
+//! `isa-neon` (DESIGN.md §6; ARMv7 NEON intrinsics and per-function NEON are
 //! unstable, so that row builds everything with `-C target-feature=+neon`).
 //! There LLVM may emit NEON in any function, `main` and `guard()` included,
 //! so the check cannot wait for `main`: it runs from an `.init_array`

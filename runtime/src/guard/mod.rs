@@ -1,4 +1,4 @@
-//! The CPU guard (spec §6): what this build's kernels need, what the host
+//! The CPU guard (DESIGN.md §6): what this build's kernels need, what the host
 //! has, and the check that runs before any kernel can.
 //!
 //! It sits above `kernels`, whose tier and required features it reads, and

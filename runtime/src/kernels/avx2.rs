@@ -1,11 +1,11 @@
 //! AVX2 + FMA tier: Haswell, Zen and later. Implements all twelve kernels with
 //! 256-bit vectors.
 //!
-//! Integer dot (spec §5): the SSE4.1 strategy at 256 bits, one whole block
+//! Integer dot (DESIGN.md §5): the SSE4.1 strategy at 256 bits, one whole block
 //! per register: vpabsb on the activation, vpsignb moves its sign onto the
 //! weight, vpmaddubsw, then vpmaddwd with ones to int32. Per-block int32 sums
 //! are exact; their scaling is accumulated with FMA, so matvec results differ
-//! from the scalar kernel by rounding only (spec §7: ≤ 1e-5 relative).
+//! from the scalar kernel by rounding only (DESIGN.md §7: ≤ 1e-5 relative).
 //!
 //! FMA is used only where it is a pure accuracy/speed gain: the matvec scale
 //! accumulation, the dot/rmsnorm reductions and the exp polynomial. The

@@ -7,7 +7,7 @@
 //! VNNI does not imply AVX-VNNI (Zen 4 has the first only), so everything
 //! the avxvnni tier implements is implemented here again with EVEX code.
 //!
-//! Integer dot (spec §5): 512-bit vpdpbusd, two blocks per instruction. It
+//! Integer dot (DESIGN.md §5): 512-bit vpdpbusd, two blocks per instruction. It
 //! multiplies unsigned by signed bytes, so the activation is made unsigned
 //! with vpabsb; AVX-512 has no vpsignb, so its sign is moved onto the weight
 //! with a masked subtract from zero under the activation's sign-bit mask

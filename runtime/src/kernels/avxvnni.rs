@@ -2,7 +2,7 @@
 //! later. Implements the two matvecs; everything else is the AVX2 tier's,
 //! since VNNI only adds integer dot products.
 //!
-//! Integer dot (spec §5): vpdpbusd multiplies unsigned by signed bytes and
+//! Integer dot (DESIGN.md §5): vpdpbusd multiplies unsigned by signed bytes and
 //! sums each group of four into int32 in one instruction, replacing AVX2's
 //! vpmaddubsw + vpmaddwd pair (and its int16 intermediate). As in AVX2 the
 //! activation is made unsigned with vpabsb and its sign moved onto the

@@ -94,7 +94,7 @@ pub mod neon_dotprod;
 #[cfg(all(feature = "isa-sve", target_arch = "aarch64"))]
 pub mod sve;
 
-// The binding table: the highest enabled tier is the active one (spec §3),
+// The binding table: the highest enabled tier is the active one (DESIGN.md §3),
 // tried from the top. No function pointers, no runtime dispatch: each name
 // below is a direct call the optimiser can inline.
 #[cfg(all(feature = "isa-avx512vnni", any(target_arch = "x86", target_arch = "x86_64")))]

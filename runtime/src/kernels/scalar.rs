@@ -1,4 +1,4 @@
-//! The scalar reference kernels (spec §5). Every ISA tier is tested against
+//! The scalar reference kernels (DESIGN.md §5). Every ISA tier is tested against
 //! these, so they are written to be obviously right, not fast.
 //!
 //! Matvec contract: `y[i]` receives row `r0 + i` of `W · x` for rows

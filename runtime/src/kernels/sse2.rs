@@ -1,14 +1,14 @@
 //! SSE2 tier: the x86-64 baseline (and the i686 target's), so this build runs
 //! on every 64-bit x86 CPU. Implements all twelve kernels with 128-bit vectors.
 //!
-//! Integer dot (spec §5): SSE2 has neither pmovsxbw nor pmaddubsw, so int8
+//! Integer dot (DESIGN.md §5): SSE2 has neither pmovsxbw nor pmaddubsw, so int8
 //! quants are sign-extended to int16 by interleaving each byte with itself
 //! and shifting right arithmetically by 8, then multiplied with pmaddwd.
 //!
 //! Every kernel without a reduction (matvec, quantize_q8, rope, add, axpy_f32)
 //! performs the scalar kernel's operations in the scalar kernel's order, so
 //! its results are bit-identical to the reference. Only exp (polynomial) and
-//! reordered sums (dot_f32, rmsnorm, softmax) differ, within spec §7.
+//! reordered sums (dot_f32, rmsnorm, softmax) differ, within DESIGN.md §7.
 //!
 //! Every intrinsic lives in a `#[target_feature]` function: safe where it
 //! touches registers only, an `unsafe fn` with a safety contract where it
@@ -309,7 +309,7 @@ float_entry_points!(without add);
 /// y += x
 pub fn add(y: &mut [f32], x: &[f32]) {
     let n = y.len().min(x.len());
-    // Feature `asm`: the hand-written kernels/sse2/add.S instead (spec §3, ASM=1).
+    // Feature `asm`: the hand-written kernels/sse2/add.S instead (DESIGN.md §3).
     #[cfg(all(feature = "asm", target_arch = "x86_64"))]
     // SAFETY: ml_k_add_sse2 reads n floats from x and reads and writes n
     // floats of y, both of which hold n elements; SSE2 is baseline x86-64.

@@ -2,7 +2,7 @@
 //! Nehalem and later. Implements the two matvecs; everything else is the
 //! SSE2 tier's, since no SSSE3/SSE4.1 instruction shortens it.
 //!
-//! Integer dot (spec §5): pmaddubsw multiplies unsigned by signed bytes, so
+//! Integer dot (DESIGN.md §5): pmaddubsw multiplies unsigned by signed bytes, so
 //! the activation is made unsigned with pabsb and its sign moved onto the
 //! weight with psignb: |x|·sign(x)·w = x·w. Pair sums stay below int16's
 //! limit because quants are clamped to ±127 (2·127² = 32258). pmaddwd with

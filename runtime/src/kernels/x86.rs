@@ -52,7 +52,7 @@ pub(crate) fn scale_exact1(sum: f32, sumi: i32, dw: f32, dx: f32) -> f32 {
 
 #[cfg(feature = "isa-avx2")]
 /// fma(sumi·dw, dx, acc) for four rows: one rounding fewer than the scalar
-/// kernel (spec §7 allows it).
+/// kernel (DESIGN.md §7 allows it).
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 pub(crate) fn scale_fma4(acc: __m128, sumi: __m128i, dw: __m128, dx: f32) -> __m128 {
@@ -165,7 +165,7 @@ macro_rules! exp_kernels {
         $mul:ident $div:ident $max:ident $xor:ident
     ) => {
         /// e^x of each element, in place: the polynomial the float kernels
-        /// use, exposed so the tests can hold it to spec §5's 1e-6.
+        /// use, exposed so the tests can hold it to DESIGN.md §5's 1e-6.
         #[doc(hidden)]
         pub fn exp_in_place(v: &mut [f32]) {
             for c in v.chunks_mut($lanes) {

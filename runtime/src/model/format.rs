@@ -1,4 +1,4 @@
-//! The .mlb model file (spec §6; byte layout in FORMAT.md): a 256-byte
+//! The .mlb model file (DESIGN.md §6; byte layout in FORMAT.md): a 256-byte
 //! little-endian header, then every tensor's arrays in a fixed order, each
 //! array starting on a 64-byte boundary.
 //!
@@ -218,7 +218,7 @@ impl TensorEntry {
     }
 }
 
-/// The tensor order of spec §6, as (name, kind, rows, cols).
+/// The tensor order of DESIGN.md §6, as (name, kind, rows, cols).
 pub fn tensor_list(h: &Header) -> Vec<(String, TensorKind, u64, u64)> {
     tensor_specs(*h).collect()
 }

@@ -1,4 +1,4 @@
-//! The forward pass (spec §6): one token in, logits out, with an F32 KV
+//! The forward pass (DESIGN.md §6): one token in, logits out, with an F32 KV
 //! cache, grouped-query attention and interleaved RoPE. Every buffer lives in
 //! one arena sized at load; a decode step allocates nothing.
 

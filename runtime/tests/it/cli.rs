@@ -973,8 +973,15 @@ fn chat_with_the_default_sampler_answers_and_ends_its_turn() {
     for (model, seeds) in [("smollm2-135m-q8_0.mlb", [4, 6]), ("smollm2-135m-q4_0.mlb", [3, 4])] {
         let path = models.join(model);
         if !path.is_file() || !tok.is_file() {
-            assert!(!required, "ML_REAL_MODELS=1 but {} is missing: run tools/fetch_models", path.display());
-            println!("note: skipped: {} is missing (tools/fetch_models makes it)", path.display());
+            assert!(
+                !required,
+                "ML_REAL_MODELS=1 but {} is missing: run tools/fetch_models",
+                path.display()
+            );
+            println!(
+                "note: skipped: {} is missing (tools/fetch_models makes it)",
+                path.display()
+            );
             return;
         }
         for seed in seeds {

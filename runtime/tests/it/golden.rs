@@ -6,7 +6,7 @@
 //! (`cargo insta review` accepts changes). Every other build (an ISA tier,
 //! or scalar on another architecture whose libm may round differently)
 //! compares against the same snapshots within the end-to-end tolerance of
-//! spec §7: max |Δ| / max |golden| ≤ 1e-3 per step, identical greedy tokens.
+//! DESIGN.md §7: max |Δ| / max |golden| ≤ 1e-3 per step, identical greedy tokens.
 //! The harness reads the same files to judge each matrix row.
 
 use legacy_ml::core::tensor::WType;

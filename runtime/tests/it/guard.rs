@@ -1,4 +1,4 @@
-//! The CPU guard (spec §6): what this build requires, the message shape, and
+//! The CPU guard (DESIGN.md §6): what this build requires, the message shape, and
 //! (given a runner for a CPU that lacks the tier) a clean rejection.
 //!
 //! `ML_TEST_REJECT_RUNNER`: a runner command for a CPU this build must

@@ -1,6 +1,6 @@
 //! Every kernel bound in this build (`kernels::*`, the tier chosen by the
 //! `isa-*` features) against the scalar reference (`kernels::scalar::*`),
-//! on seeded random inputs and edge shapes (spec §7).
+//! on seeded random inputs and edge shapes (DESIGN.md §7).
 //!
 //! Tolerances:
 //! * quantize_q8: bit-identical (quant bytes and scale bits), NaN/inf included.
@@ -16,7 +16,7 @@
 //!   terms, Σ|a·b| or |y|+|a·x|; outputs below 1e-30 (f32 subnormals, where
 //!   relative precision does not exist) get that as an absolute allowance.
 //! * The SIMD exp behind softmax and silu_mul: 1e-6 relative to f64 exp on
-//!   [-88, 88] (spec §5). ARMv7 NEON flushes subnormals to zero in hardware,
+//!   [-88, 88] (DESIGN.md §5). ARMv7 NEON flushes subnormals to zero in hardware,
 //!   so there the bound holds where e^x is a normal float (x ≥ −87.33) and
 //!   below that the result must be within f32::MIN_POSITIVE (absolute).
 //! * ARM tiers: matvec and quantize_q8 bit-identical to scalar (they do the
@@ -29,10 +29,10 @@
 //! which passes trivially. Every test calls the CPU guard first, so a build
 //! for a tier this CPU lacks exits 7 before any kernel runs.
 
-use legacy_ml::guard;
 use legacy_ml::core::quant::{self, Q4_BLOCK_BYTES, QK};
 use legacy_ml::core::rng::Rng;
 use legacy_ml::core::tensor::{pack_row_groups, pack_scale_groups, QAct, QTensor, WType};
+use legacy_ml::guard;
 use legacy_ml::kernels::{self, scalar};
 
 const TIERS: [&str; 9] = [
@@ -1011,7 +1011,7 @@ fn rope_matches_scalar() {
 }
 
 // ---------------------------------------------------------------------------
-// The SIMD exp (spec §5: relative error ≤ 1e-6 on [-88, 88])
+// The SIMD exp (DESIGN.md §5: relative error ≤ 1e-6 on [-88, 88])
 
 /// `flushes`: the kernels' arithmetic flushes subnormals (ARMv7 NEON), so
 /// results below f32::MIN_POSITIVE are held to that absolutely instead.

@@ -1,4 +1,4 @@
-//! Quantization (spec §4): error bounds, zero blocks, the ±127 clamp, the
+//! Quantization (DESIGN.md §4): error bounds, zero blocks, the ±127 clamp, the
 //! Q4_0 nibble order and rounding.
 
 use legacy_ml::core::quant::*;

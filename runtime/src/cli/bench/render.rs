@@ -117,7 +117,11 @@ fn json_value<'a>(report: &'a Report, tier: &'a str, packed: bool) -> JsonReport
 
 /// One line of JSON.
 pub(super) fn json(out: &mut dyn Write, report: &Report) -> Result<()> {
-    let v = json_value(report, kernels::TIER, legacy_ml::model::streaming::streaming().pack_row_groups);
+    let v = json_value(
+        report,
+        kernels::TIER,
+        legacy_ml::model::streaming::streaming().pack_row_groups,
+    );
     let text = serde_json::to_string(&v).expect("serialising plain structs cannot fail");
     writeln!(out, "{text}").map_err(stdout_error)
 }
