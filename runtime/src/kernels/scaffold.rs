@@ -270,7 +270,7 @@ macro_rules! quantize_by_blocks {
             for b in 0..blocks {
                 let (xb, qb) = (&x[b * QK..(b + 1) * QK], &mut q[b * QK..(b + 1) * QK]);
                 // SAFETY: the tier's features are verified by the guard
-                // (`core::isa`) before any kernel runs; both slices are
+                // (`guard`) before any kernel runs; both slices are
                 // exactly QK long.
                 d[b] = unsafe { quantize_block(qb.as_mut_ptr(), xb.as_ptr()) };
             }
@@ -292,7 +292,7 @@ macro_rules! float_entry_points {
         pub fn add(y: &mut [f32], x: &[f32]) {
             let n = y.len().min(x.len());
             // SAFETY: the tier's features are verified by the guard
-            // (`core::isa`); both slices hold n elements.
+            // (`guard`); both slices hold n elements.
             unsafe { axpy(y.as_mut_ptr(), None, x.as_ptr(), n) }
         }
     };
@@ -300,7 +300,7 @@ macro_rules! float_entry_points {
         pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
             let n = a.len().min(b.len());
             // SAFETY: the tier's features are verified by the guard
-            // (`core::isa`); both slices hold n elements.
+            // (`guard`); both slices hold n elements.
             unsafe { dot(a.as_ptr(), b.as_ptr(), n) }
         }
 

@@ -13,7 +13,7 @@
 //! Every intrinsic lives in a `#[target_feature]` function: safe where it
 //! touches registers only, an `unsafe fn` with a safety contract where it
 //! reads or writes memory. The safe entry points check slice bounds first;
-//! the guard (`core::isa`) has verified the CPU before any kernel runs.
+//! the guard (`guard`) has verified the CPU before any kernel runs.
 
 #[cfg(target_arch = "x86")]
 use std::arch::x86::*;

@@ -172,7 +172,7 @@ macro_rules! exp_kernels {
                 let mut buf = [0.0f32; $lanes];
                 buf[..c.len()].copy_from_slice(c);
                 // SAFETY: the tier's features are verified by the guard
-                // (`core::isa`); buf holds one vector.
+                // (`guard`); buf holds one vector.
                 unsafe { exp_vector(buf.as_mut_ptr()) };
                 c.copy_from_slice(&buf[..c.len()]);
             }
@@ -193,7 +193,7 @@ macro_rules! exp_kernels {
                 return;
             }
             // SAFETY: the tier's features are verified by the guard
-            // (`core::isa`); pointer and length are x's.
+            // (`guard`); pointer and length are x's.
             unsafe { softmax_in_place(x.as_mut_ptr(), x.len()) }
         }
 
@@ -253,7 +253,7 @@ macro_rules! exp_kernels {
         pub fn silu_mul(g: &mut [f32], u: &[f32]) {
             let n = g.len().min(u.len());
             // SAFETY: the tier's features are verified by the guard
-            // (`core::isa`); both slices hold n elements.
+            // (`guard`); both slices hold n elements.
             unsafe { silu_mul_in_place(g.as_mut_ptr(), u.as_ptr(), n) }
         }
 
