@@ -694,32 +694,28 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// Rotates each interleaved pair (2i, 2i+1) of every query and key head by
-/// the angle whose cosine and sine are `cos[i]`, `sin[i]`.
-pub fn rope(
-    q: &mut [f32],
-    k: &mut [f32],
-    cos: &[f32],
-    sin: &[f32],
-    head_dim: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-) {
+rope_by_heads!();
+
+/// One head's `pairs` pairs: four a step in NEON (`rotate4`), the rest in
+/// VFP with the scalar kernel's expressions.
+///
+/// # Safety
+/// NEON; `v` valid for 2·pairs floats, cos/sin for `pairs`.
+unsafe fn rotate(v: *mut f32, cos: *const f32, sin: *const f32, pairs: usize) {
     keep_guard();
-    let pairs = super::scaffold::check_rope(q, k, cos, sin, head_dim, n_heads, n_kv_heads);
     let p4 = pairs / 4;
-    for (v, heads) in [(q, n_heads), (k, n_kv_heads)] {
-        for head in v[..heads * head_dim].chunks_exact_mut(head_dim) {
-            if p4 > 0 {
-                // SAFETY: NEON verified by the early guard; the head holds
-                // 2·pairs ≥ 8·p4 floats, cos/sin hold pairs ≥ 4·p4.
-                unsafe { rotate(head.as_mut_ptr(), cos.as_ptr(), sin.as_ptr(), p4) }
-            }
-            for i in 4 * p4..pairs {
-                let (a, b) = (head[2 * i], head[2 * i + 1]);
-                head[2 * i] = a * cos[i] - b * sin[i];
-                head[2 * i + 1] = a * sin[i] + b * cos[i];
-            }
+    if p4 > 0 {
+        // SAFETY: the contract: v holds 2·pairs ≥ 8·p4 floats, cos/sin
+        // hold pairs ≥ 4·p4.
+        unsafe { rotate4(v, cos, sin, p4) }
+    }
+    for i in 4 * p4..pairs {
+        // SAFETY: i < pairs: pair i and its angle are inside the contract.
+        unsafe {
+            let (a, b) = (*v.add(2 * i), *v.add(2 * i + 1));
+            let (c, s) = (*cos.add(i), *sin.add(i));
+            *v.add(2 * i) = a * c - b * s;
+            *v.add(2 * i + 1) = a * s + b * c;
         }
     }
 }
@@ -730,7 +726,7 @@ pub fn rope(
 ///
 /// # Safety
 /// NEON; `v` valid for 8·p4 floats, cos/sin for 4·p4, p4 ≥ 1.
-unsafe fn rotate(v: *mut f32, cos: *const f32, sin: *const f32, p4: usize) {
+unsafe fn rotate4(v: *mut f32, cos: *const f32, sin: *const f32, p4: usize) {
     // SAFETY: reads and writes 8·p4 floats at v, reads 4·p4 at cos and sin;
     // touches only declared registers.
     unsafe {

@@ -102,24 +102,29 @@ pub fn vector_bytes() -> usize {
 // rows' float sums; p1 = four lanes, p2 the `rows` stored. Q4: v23 the
 // running −8·Σx, v24 = −8, v27 = 0x0F.
 
-/// One Q8 block: the four rows' running sums, reduced into `$dst` (lane j:
-/// row j).
-macro_rules! q8_block {
+/// Row `$acc`'s running sum += its block (elements 0–15 in `$lo`, 16–31 in
+/// `$hi`) · the activation's (v0, v1).
+macro_rules! narrow_sdot {
+    ($acc:literal, $lo:literal, $hi:literal) => {
+        concat!(
+            "sdot ",
+            $acc,
+            ".s, ",
+            $lo,
+            ".b, z0.b\n",
+            "sdot ",
+            $acc,
+            ".s, ",
+            $hi,
+            ".b, z1.b\n",
+        )
+    };
+}
+
+/// The four rows' running sums reduced into `$dst` (lane j: row j).
+macro_rules! narrow_reduce {
     ($dst:literal) => {
         concat!(
-            "ldp q0, q1, [{x}], #32\n",
-            "ldp q2, q3, [{w0}], #32\n",
-            "ldp q4, q5, [{w1}], #32\n",
-            "ldp q6, q7, [{w2}], #32\n",
-            "ldp q8, q9, [{w3}], #32\n",
-            "sdot z16.s, z2.b, z0.b\n",
-            "sdot z16.s, z3.b, z1.b\n",
-            "sdot z17.s, z4.b, z0.b\n",
-            "sdot z17.s, z5.b, z1.b\n",
-            "sdot z18.s, z6.b, z0.b\n",
-            "sdot z18.s, z7.b, z1.b\n",
-            "sdot z19.s, z8.b, z0.b\n",
-            "sdot z19.s, z9.b, z1.b\n",
             "addp v22.4s, v18.4s, v19.4s\n",
             "addp ",
             $dst,
@@ -129,6 +134,24 @@ macro_rules! q8_block {
             ".4s, ",
             $dst,
             ".4s, v22.4s\n",
+        )
+    };
+}
+
+/// One Q8 block: the four rows' running sums, reduced into `$dst`.
+macro_rules! q8_block {
+    ($dst:literal) => {
+        concat!(
+            "ldp q0, q1, [{x}], #32\n",
+            "ldp q2, q3, [{w0}], #32\n",
+            "ldp q4, q5, [{w1}], #32\n",
+            "ldp q6, q7, [{w2}], #32\n",
+            "ldp q8, q9, [{w3}], #32\n",
+            narrow_sdot!("z16", "z2", "z3"),
+            narrow_sdot!("z17", "z4", "z5"),
+            narrow_sdot!("z18", "z6", "z7"),
+            narrow_sdot!("z19", "z8", "z9"),
+            narrow_reduce!($dst),
         )
     };
 }
@@ -151,25 +174,13 @@ macro_rules! q4_block {
             "ushr v6.16b, v6.16b, #4\n",
             "and v9.16b, v8.16b, v27.16b\n",
             "ushr v8.16b, v8.16b, #4\n",
-            "sdot z16.s, z3.b, z0.b\n",
-            "sdot z16.s, z2.b, z1.b\n",
-            "sdot z17.s, z5.b, z0.b\n",
-            "sdot z17.s, z4.b, z1.b\n",
-            "sdot z18.s, z7.b, z0.b\n",
-            "sdot z18.s, z6.b, z1.b\n",
-            "sdot z19.s, z9.b, z0.b\n",
-            "sdot z19.s, z8.b, z1.b\n",
+            narrow_sdot!("z16", "z3", "z2"),
+            narrow_sdot!("z17", "z5", "z4"),
+            narrow_sdot!("z18", "z7", "z6"),
+            narrow_sdot!("z19", "z9", "z8"),
             "sdot z23.s, z0.b, z24.b\n",
             "sdot z23.s, z1.b, z24.b\n",
-            "addp v22.4s, v18.4s, v19.4s\n",
-            "addp ",
-            $dst,
-            ".4s, v16.4s, v17.4s\n",
-            "addp ",
-            $dst,
-            ".4s, ",
-            $dst,
-            ".4s, v22.4s\n",
+            narrow_reduce!($dst),
             "addp v22.4s, v23.4s, v23.4s\n",
             "addp v22.4s, v22.4s, v22.4s\n",
             "add ",
