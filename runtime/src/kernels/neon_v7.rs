@@ -819,30 +819,31 @@ unsafe fn silu_mul_neon(g: *mut f32, u: *const f32, n4: usize) {
 
 /// y += x
 pub fn add(y: &mut [f32], x: &[f32]) {
-    axpy_slices(y, None, x);
-}
-
-/// y += a · x
-pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
-    axpy_slices(y, Some(a), x);
-}
-
-/// y += a·x, or y += x without a: groups of eight in NEON, the rest in VFP.
-#[inline(always)]
-fn axpy_slices(y: &mut [f32], a: Option<f32>, x: &[f32]) {
     keep_guard();
     let n = y.len().min(x.len());
     let n8 = n / 8;
     if n8 > 0 {
         // SAFETY: NEON verified by the early guard; both slices hold
         // n ≥ 8·n8 elements.
-        unsafe { axpy(y.as_mut_ptr(), a, x.as_ptr(), n8) }
+        unsafe { axpy(y.as_mut_ptr(), None, x.as_ptr(), n8) }
     }
     for i in 8 * n8..n {
-        y[i] += match a {
-            Some(a) => a * x[i],
-            None => x[i],
-        };
+        y[i] += x[i];
+    }
+}
+
+/// y += a · x
+pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
+    keep_guard();
+    let n = y.len().min(x.len());
+    let n8 = n / 8;
+    if n8 > 0 {
+        // SAFETY: NEON verified by the early guard; both slices hold
+        // n ≥ 8·n8 elements.
+        unsafe { axpy(y.as_mut_ptr(), Some(a), x.as_ptr(), n8) }
+    }
+    for i in 8 * n8..n {
+        y[i] += a * x[i];
     }
 }
 
