@@ -125,19 +125,20 @@ macro_rules! neon_matvec {
             let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
             let mut r = r0;
             while r + 4 <= r1 {
+                // SAFETY: rows r..r+4 < r1 were bounded by check_matvec.
+                let row = |j: usize| unsafe { wq.add((r + j) * stride) };
                 let mut acc = vdupq_n_f32(0.0);
                 for b in 0..nb {
                     // SAFETY: rows r..r+4 < r1 and block b < nb were bounded
                     // by check_matvec, as were xq's and xd's nb blocks and
                     // y's r1 − r0 floats.
                     unsafe {
-                        let w = |j: usize| load_w::<Q4>(wq.add((r + j) * stride + b * bb));
                         let xv = load_x(xq, b);
                         let sumi = hsum4_s32(
-                            $block_dot(w(0), xv),
-                            $block_dot(w(1), xv),
-                            $block_dot(w(2), xv),
-                            $block_dot(w(3), xv),
+                            $block_dot(load_w::<Q4>(row(0).add(b * bb)), xv),
+                            $block_dot(load_w::<Q4>(row(1).add(b * bb)), xv),
+                            $block_dot(load_w::<Q4>(row(2).add(b * bb)), xv),
+                            $block_dot(load_w::<Q4>(row(3).add(b * bb)), xv),
                         );
                         acc = scale4(acc, sumi, row_scales(wd, r, nb, b), *xd.add(b));
                     }
