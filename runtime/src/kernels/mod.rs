@@ -79,6 +79,9 @@ pub mod avxvnni;
 #[cfg(all(feature = "isa-avx512vnni", any(target_arch = "x86", target_arch = "x86_64")))]
 pub mod avx512vnni;
 
+#[cfg(all(feature = "isa-neon", target_arch = "aarch64"))]
+mod aarch64;
+
 // NEON: one tier, one module name, the file of the target's instruction set.
 #[cfg(all(feature = "isa-neon", target_arch = "aarch64"))]
 #[path = "neon_a64.rs"]

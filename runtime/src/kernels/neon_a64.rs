@@ -1,7 +1,7 @@
 //! NEON tier on AArch64 (`kernels::neon` when the target is aarch64; the
 //! ARMv7 NEON tier is `neon_v7.rs`). Advanced SIMD is part of every AArch64
 //! CPU and of the aarch64 targets' baseline, so this build runs on all of
-//! them, Cortex-A53 up. Implements all ten kernels with 128-bit vectors and
+//! them, Cortex-A53 up. Implements all twelve kernels with 128-bit vectors and
 //! the stable `core::arch::aarch64` intrinsics.
 //!
 //! Integer dot (spec §5): vmull_s8 widens eight int8 products to int16,
@@ -23,52 +23,17 @@
 
 use std::arch::aarch64::*;
 
-use crate::core::quant::{Q4_BLOCK_BYTES, QK};
-use crate::core::tensor::QAct;
+use crate::core::quant::QK;
 
 pub const TIER: &str = "neon";
 /// HWCAP_ASIMD. Baseline on AArch64, checked anyway so the guard's list is
 /// the tier's whole requirement.
 pub const REQUIRED_FEATURES: &[&str] = &["asimd"];
-/// Kernels this module implements itself (it falls back on nothing).
-pub const PROVIDES: &[&str] = &[
-    "matvec_q8",
-    "matvec_q4",
-    "quantize_q8",
-    "rmsnorm",
-    "softmax",
-    "rope",
-    "silu_mul",
-    "add",
-    "dot_f32",
-    "axpy_f32",
-    "attn_scores",
-    "attn_mix",
-];
-
 // ---------------------------------------------------------------------------
 // Integer path: matvec_q8, matvec_q4
 
 matvec_entry_points!();
-
-/// One weight block as 32 int8 in two vectors. Q4 nibbles are unpacked
-/// (low nibbles are elements 0–15, high nibbles 16–31) and re-centred, so
-/// both formats share the Q8 dot below.
-///
-/// Safety: `p` valid for one block (32 bytes Q8, 16 bytes Q4).
-#[target_feature(enable = "neon")]
-#[inline]
-pub(crate) unsafe fn load_w<const Q4: bool>(p: *const u8) -> [int8x16_t; 2] {
-    if Q4 {
-        let packed = vld1q_u8(p);
-        let eight = vdupq_n_s8(8);
-        let lo = vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(0x0F)));
-        let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(packed));
-        [vsubq_s8(lo, eight), vsubq_s8(hi, eight)]
-    } else {
-        [vld1q_s8(p.cast()), vld1q_s8(p.add(16).cast())]
-    }
-}
+super::aarch64::neon_matvec!(feature = "neon", block_dot = block_dot);
 
 /// Integer dot of a weight block with an activation block: four int32
 /// partials whose sum is the block's sumi.
@@ -83,80 +48,6 @@ fn block_dot(w: [int8x16_t; 2], x: [int8x16_t; 2]) -> int32x4_t {
     );
     let hi = vmlal_high_s8(vmull_high_s8(w[0], x[0]), w[1], x[1]);
     vpadalq_s16(vpaddlq_s16(lo), hi)
-}
-
-/// [Σa, Σb, Σc, Σd]: three pairwise adds.
-#[target_feature(enable = "neon")]
-#[inline]
-pub(crate) fn hsum4_s32(a: int32x4_t, b: int32x4_t, c: int32x4_t, d: int32x4_t) -> int32x4_t {
-    vpaddq_s32(vpaddq_s32(a, b), vpaddq_s32(c, d))
-}
-
-/// Row `r`'s four block scales at block `b` for rows r..r+4, as a vector.
-///
-/// Safety: rows r..r+4 have scales at `wd[(r + j) · nb + b]`.
-#[target_feature(enable = "neon")]
-#[inline]
-pub(crate) unsafe fn row_scales(wd: *const f32, r: usize, nb: usize, b: usize) -> float32x4_t {
-    let s = [
-        *wd.add(r * nb + b),
-        *wd.add((r + 1) * nb + b),
-        *wd.add((r + 2) * nb + b),
-        *wd.add((r + 3) * nb + b),
-    ];
-    vld1q_f32(s.as_ptr())
-}
-
-/// Rows four at a time, each activation block loaded once for all four,
-/// then a row-at-a-time tail. Per row and block it adds `sumi · dw · dx`
-/// exactly as the scalar kernel does (same operations, same order, no
-/// FMA), so the result is bit-identical to it and a row does not depend on
-/// whether it fell in a group or the tail.
-///
-/// Safety: `check_matvec` has accepted these arguments.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "neon")]
-unsafe fn matvec<const Q4: bool>(
-    y: *mut f32,
-    wq: *const u8,
-    wd: *const f32,
-    x: &QAct,
-    nb: usize,
-    stride: usize,
-    r0: usize,
-    r1: usize,
-) {
-    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
-    let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
-    let load_x = |b: usize| [vld1q_s8(xq.add(b * QK)), vld1q_s8(xq.add(b * QK + 16))];
-    let mut r = r0;
-    while r + 4 <= r1 {
-        let row = |j: usize| wq.add((r + j) * stride);
-        let mut acc = vdupq_n_f32(0.0);
-        for b in 0..nb {
-            let xv = load_x(b);
-            let sumi = hsum4_s32(
-                block_dot(load_w::<Q4>(row(0).add(b * bb)), xv),
-                block_dot(load_w::<Q4>(row(1).add(b * bb)), xv),
-                block_dot(load_w::<Q4>(row(2).add(b * bb)), xv),
-                block_dot(load_w::<Q4>(row(3).add(b * bb)), xv),
-            );
-            let t = vmulq_n_f32(vmulq_f32(vcvtq_f32_s32(sumi), row_scales(wd, r, nb, b)), *xd.add(b));
-            acc = vaddq_f32(acc, t);
-        }
-        vst1q_f32(y.add(r - r0), acc);
-        r += 4;
-    }
-    while r < r1 {
-        let row = wq.add(r * stride);
-        let mut sum = 0.0f32;
-        for b in 0..nb {
-            let sumi = vaddvq_s32(block_dot(load_w::<Q4>(row.add(b * bb)), load_x(b)));
-            sum += sumi as f32 * *wd.add(r * nb + b) * *xd.add(b);
-        }
-        *y.add(r - r0) = sum;
-        r += 1;
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -181,32 +72,37 @@ pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
 ///   fcvtzs truncates, saturates and maps NaN to 0 as `as` does, and the
 ///   clamp to ±127 in integers equals the scalar clamp in floats.
 ///
-/// Safety: `q` and `x` are valid for QK elements.
+/// # Safety
+/// `q` and `x` are valid for QK elements.
 #[target_feature(enable = "neon")]
 unsafe fn quantize_block(q: *mut i8, x: *const f32) -> f32 {
-    let v: [float32x4_t; 8] = std::array::from_fn(|i| vld1q_f32(x.add(4 * i)));
-    let mut m = vdupq_n_f32(0.0);
-    for &vi in &v {
-        m = vmaxnmq_f32(m, vabsq_f32(vi));
-    }
-    let amax = vmaxnmvq_f32(m);
-    let d = amax / 127.0;
-    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    // SAFETY: the contract above (# Safety) bounds every pointer this
+    // body reads or writes, and the CPU has the function's features.
+    unsafe {
+        let v: [float32x4_t; 8] = std::array::from_fn(|i| vld1q_f32(x.add(4 * i)));
+        let mut m = vdupq_n_f32(0.0);
+        for &vi in &v {
+            m = vmaxnmq_f32(m, vabsq_f32(vi));
+        }
+        let amax = vmaxnmvq_f32(m);
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
 
-    let sign = vdupq_n_u32(0x8000_0000);
-    let half = vreinterpretq_u32_f32(vdupq_n_f32(0.5));
-    let (lo, hi) = (vdupq_n_s32(-127), vdupq_n_s32(127));
-    let qi: [int32x4_t; 8] = std::array::from_fn(|i| {
-        let bits = vreinterpretq_u32_f32(v[i]);
-        let rnd = vreinterpretq_f32_u32(vorrq_u32(vandq_u32(bits, sign), half));
-        let r = vaddq_f32(vmulq_n_f32(v[i], id), rnd);
-        vmaxq_s32(vminq_s32(vcvtq_s32_f32(r), hi), lo)
-    });
-    // In range already, so the saturating narrows only narrow.
-    let h: [int16x8_t; 4] = std::array::from_fn(|i| vcombine_s16(vqmovn_s32(qi[2 * i]), vqmovn_s32(qi[2 * i + 1])));
-    vst1q_s8(q, vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1])));
-    vst1q_s8(q.add(16), vcombine_s8(vqmovn_s16(h[2]), vqmovn_s16(h[3])));
-    d
+        let sign = vdupq_n_u32(0x8000_0000);
+        let half = vreinterpretq_u32_f32(vdupq_n_f32(0.5));
+        let (lo, hi) = (vdupq_n_s32(-127), vdupq_n_s32(127));
+        let qi: [int32x4_t; 8] = std::array::from_fn(|i| {
+            let bits = vreinterpretq_u32_f32(v[i]);
+            let rnd = vreinterpretq_f32_u32(vorrq_u32(vandq_u32(bits, sign), half));
+            let r = vaddq_f32(vmulq_n_f32(v[i], id), rnd);
+            vmaxq_s32(vminq_s32(vcvtq_s32_f32(r), hi), lo)
+        });
+        // In range already, so the saturating narrows only narrow.
+        let h: [int16x8_t; 4] = std::array::from_fn(|i| vcombine_s16(vqmovn_s32(qi[2 * i]), vqmovn_s32(qi[2 * i + 1])));
+        vst1q_s8(q, vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1])));
+        vst1q_s8(q.add(16), vcombine_s8(vqmovn_s16(h[2]), vqmovn_s16(h[3])));
+        d
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -260,28 +156,33 @@ pub fn exp_in_place(v: &mut [f32]) {
 
 /// Σ a[i]·b[i] over n elements: four FMA accumulators to hide its latency.
 ///
-/// Safety: `a` and `b` valid for n reads.
+/// # Safety
+/// `a` and `b` valid for n reads.
 #[target_feature(enable = "neon")]
 unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
-    let mut acc = [vdupq_n_f32(0.0); 4];
-    let mut i = 0;
-    while i + 16 <= n {
-        for (j, s) in acc.iter_mut().enumerate() {
-            let k = i + 4 * j;
-            *s = vfmaq_f32(*s, vld1q_f32(a.add(k)), vld1q_f32(b.add(k)));
+    // SAFETY: the contract above (# Safety) bounds every pointer this
+    // body reads or writes, and the CPU has the function's features.
+    unsafe {
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        let mut i = 0;
+        while i + 16 <= n {
+            for (j, s) in acc.iter_mut().enumerate() {
+                let k = i + 4 * j;
+                *s = vfmaq_f32(*s, vld1q_f32(a.add(k)), vld1q_f32(b.add(k)));
+            }
+            i += 16;
         }
-        i += 16;
+        while i + 4 <= n {
+            acc[0] = vfmaq_f32(acc[0], vld1q_f32(a.add(i)), vld1q_f32(b.add(i)));
+            i += 4;
+        }
+        let mut sum = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
+        while i < n {
+            sum = (*a.add(i)).mul_add(*b.add(i), sum);
+            i += 1;
+        }
+        sum
     }
-    while i + 4 <= n {
-        acc[0] = vfmaq_f32(acc[0], vld1q_f32(a.add(i)), vld1q_f32(b.add(i)));
-        i += 4;
-    }
-    let mut sum = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
-    while i < n {
-        sum = (*a.add(i)).mul_add(*b.add(i), sum);
-        i += 1;
-    }
-    sum
 }
 
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
@@ -302,18 +203,23 @@ pub fn rmsnorm(o: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
 
 /// o[i] = w[i] · (scale · x[i]), the scalar kernel's order.
 ///
-/// Safety: pointers valid for n elements.
+/// # Safety
+/// pointers valid for n elements.
 #[target_feature(enable = "neon")]
 unsafe fn scale_mul(o: *mut f32, x: *const f32, w: *const f32, scale: f32, n: usize) {
-    let mut i = 0;
-    while i + 4 <= n {
-        let v = vmulq_f32(vld1q_f32(w.add(i)), vmulq_n_f32(vld1q_f32(x.add(i)), scale));
-        vst1q_f32(o.add(i), v);
-        i += 4;
-    }
-    while i < n {
-        *o.add(i) = *w.add(i) * (scale * *x.add(i));
-        i += 1;
+    // SAFETY: the contract above (# Safety) bounds every pointer this
+    // body reads or writes, and the CPU has the function's features.
+    unsafe {
+        let mut i = 0;
+        while i + 4 <= n {
+            let v = vmulq_f32(vld1q_f32(w.add(i)), vmulq_n_f32(vld1q_f32(x.add(i)), scale));
+            vst1q_f32(o.add(i), v);
+            i += 4;
+        }
+        while i < n {
+            *o.add(i) = *w.add(i) * (scale * *x.add(i));
+            i += 1;
+        }
     }
 }
 
@@ -326,53 +232,58 @@ pub fn softmax(x: &mut [f32]) {
     unsafe { softmax_neon(x.as_mut_ptr(), x.len()) }
 }
 
-/// Safety: `x` valid for n ≥ 1 elements.
+/// # Safety
+/// `x` valid for n ≥ 1 elements.
 #[target_feature(enable = "neon")]
 unsafe fn softmax_neon(x: *mut f32, n: usize) {
-    // fmaxnm skips NaN as the scalar kernel's f32::max does.
-    let mut m = vdupq_n_f32(f32::NEG_INFINITY);
-    let mut i = 0;
-    while i + 4 <= n {
-        m = vmaxnmq_f32(vld1q_f32(x.add(i)), m);
-        i += 4;
-    }
-    let mut max = vmaxnmvq_f32(m);
-    for j in i..n {
-        max = max.max(*x.add(j));
-    }
-
-    let mv = vdupq_n_f32(max);
-    let mut acc = vdupq_n_f32(0.0);
-    let mut i = 0;
-    while i + 4 <= n {
-        let e = exp_ps(vsubq_f32(vld1q_f32(x.add(i)), mv));
-        vst1q_f32(x.add(i), e);
-        acc = vaddq_f32(acc, e);
-        i += 4;
-    }
-    let mut sum = vaddvq_f32(acc);
-    if i < n {
-        // Padding lanes are computed but neither stored nor summed.
-        let mut buf = [0.0f32; 4];
-        for (j, v) in buf.iter_mut().enumerate().take(n - i) {
-            *v = *x.add(i + j) - max;
+    // SAFETY: the contract above (# Safety) bounds every pointer this
+    // body reads or writes, and the CPU has the function's features.
+    unsafe {
+        // fmaxnm skips NaN as the scalar kernel's f32::max does.
+        let mut m = vdupq_n_f32(f32::NEG_INFINITY);
+        let mut i = 0;
+        while i + 4 <= n {
+            m = vmaxnmq_f32(vld1q_f32(x.add(i)), m);
+            i += 4;
         }
-        vst1q_f32(buf.as_mut_ptr(), exp_ps(vld1q_f32(buf.as_ptr())));
-        for (j, &v) in buf.iter().enumerate().take(n - i) {
-            *x.add(i + j) = v;
-            sum += v;
+        let mut max = vmaxnmvq_f32(m);
+        for j in i..n {
+            max = max.max(*x.add(j));
         }
-    }
 
-    // Divide, as the scalar kernel does, rather than multiply by 1/sum.
-    let sv = vdupq_n_f32(sum);
-    let mut i = 0;
-    while i + 4 <= n {
-        vst1q_f32(x.add(i), vdivq_f32(vld1q_f32(x.add(i)), sv));
-        i += 4;
-    }
-    for j in i..n {
-        *x.add(j) /= sum;
+        let mv = vdupq_n_f32(max);
+        let mut acc = vdupq_n_f32(0.0);
+        let mut i = 0;
+        while i + 4 <= n {
+            let e = exp_ps(vsubq_f32(vld1q_f32(x.add(i)), mv));
+            vst1q_f32(x.add(i), e);
+            acc = vaddq_f32(acc, e);
+            i += 4;
+        }
+        let mut sum = vaddvq_f32(acc);
+        if i < n {
+            // Padding lanes are computed but neither stored nor summed.
+            let mut buf = [0.0f32; 4];
+            for (j, v) in buf.iter_mut().enumerate().take(n - i) {
+                *v = *x.add(i + j) - max;
+            }
+            vst1q_f32(buf.as_mut_ptr(), exp_ps(vld1q_f32(buf.as_ptr())));
+            for (j, &v) in buf.iter().enumerate().take(n - i) {
+                *x.add(i + j) = v;
+                sum += v;
+            }
+        }
+
+        // Divide, as the scalar kernel does, rather than multiply by 1/sum.
+        let sv = vdupq_n_f32(sum);
+        let mut i = 0;
+        while i + 4 <= n {
+            vst1q_f32(x.add(i), vdivq_f32(vld1q_f32(x.add(i)), sv));
+            i += 4;
+        }
+        for j in i..n {
+            *x.add(j) /= sum;
+        }
     }
 }
 
@@ -382,27 +293,32 @@ rope_by_heads!();
 /// and a·s + b·c, the scalar kernel's expressions rounded identically, and
 /// st2 interleaves them back.
 ///
-/// Safety: `v` valid for 2·pairs elements, cos/sin for `pairs`.
+/// # Safety
+/// `v` valid for 2·pairs elements, cos/sin for `pairs`.
 #[target_feature(enable = "neon")]
 unsafe fn rotate(v: *mut f32, cos: *const f32, sin: *const f32, pairs: usize) {
-    let mut i = 0;
-    while i + 4 <= pairs {
-        let ab = vld2q_f32(v.add(2 * i));
-        let (a, b) = (ab.0, ab.1);
-        let (c, s) = (vld1q_f32(cos.add(i)), vld1q_f32(sin.add(i)));
-        let out = float32x4x2_t(
-            vsubq_f32(vmulq_f32(a, c), vmulq_f32(b, s)),
-            vaddq_f32(vmulq_f32(a, s), vmulq_f32(b, c)),
-        );
-        vst2q_f32(v.add(2 * i), out);
-        i += 4;
-    }
-    while i < pairs {
-        let (a, b) = (*v.add(2 * i), *v.add(2 * i + 1));
-        let (c, s) = (*cos.add(i), *sin.add(i));
-        *v.add(2 * i) = a * c - b * s;
-        *v.add(2 * i + 1) = a * s + b * c;
-        i += 1;
+    // SAFETY: the contract above (# Safety) bounds every pointer this
+    // body reads or writes, and the CPU has the function's features.
+    unsafe {
+        let mut i = 0;
+        while i + 4 <= pairs {
+            let ab = vld2q_f32(v.add(2 * i));
+            let (a, b) = (ab.0, ab.1);
+            let (c, s) = (vld1q_f32(cos.add(i)), vld1q_f32(sin.add(i)));
+            let out = float32x4x2_t(
+                vsubq_f32(vmulq_f32(a, c), vmulq_f32(b, s)),
+                vaddq_f32(vmulq_f32(a, s), vmulq_f32(b, c)),
+            );
+            vst2q_f32(v.add(2 * i), out);
+            i += 4;
+        }
+        while i < pairs {
+            let (a, b) = (*v.add(2 * i), *v.add(2 * i + 1));
+            let (c, s) = (*cos.add(i), *sin.add(i));
+            *v.add(2 * i) = a * c - b * s;
+            *v.add(2 * i + 1) = a * s + b * c;
+            i += 1;
+        }
     }
 }
 
@@ -413,27 +329,32 @@ pub fn silu_mul(g: &mut [f32], u: &[f32]) {
     unsafe { silu_mul_neon(g.as_mut_ptr(), u.as_ptr(), n) }
 }
 
-/// Safety: pointers valid for n elements.
+/// # Safety
+/// pointers valid for n elements.
 #[target_feature(enable = "neon")]
 unsafe fn silu_mul_neon(g: *mut f32, u: *const f32, n: usize) {
-    let silu = |gv: float32x4_t, uv: float32x4_t| {
-        let e = exp_ps(vnegq_f32(gv));
-        vmulq_f32(vdivq_f32(gv, vaddq_f32(vdupq_n_f32(1.0), e)), uv)
-    };
-    let mut i = 0;
-    while i + 4 <= n {
-        vst1q_f32(g.add(i), silu(vld1q_f32(g.add(i)), vld1q_f32(u.add(i))));
-        i += 4;
-    }
-    if i < n {
-        let (mut gb, mut ub) = ([0.0f32; 4], [0.0f32; 4]);
-        for j in 0..n - i {
-            gb[j] = *g.add(i + j);
-            ub[j] = *u.add(i + j);
+    // SAFETY: the contract above (# Safety) bounds every pointer this
+    // body reads or writes, and the CPU has the function's features.
+    unsafe {
+        let silu = |gv: float32x4_t, uv: float32x4_t| {
+            let e = exp_ps(vnegq_f32(gv));
+            vmulq_f32(vdivq_f32(gv, vaddq_f32(vdupq_n_f32(1.0), e)), uv)
+        };
+        let mut i = 0;
+        while i + 4 <= n {
+            vst1q_f32(g.add(i), silu(vld1q_f32(g.add(i)), vld1q_f32(u.add(i))));
+            i += 4;
         }
-        vst1q_f32(gb.as_mut_ptr(), silu(vld1q_f32(gb.as_ptr()), vld1q_f32(ub.as_ptr())));
-        for (j, &v) in gb.iter().enumerate().take(n - i) {
-            *g.add(i + j) = v;
+        if i < n {
+            let (mut gb, mut ub) = ([0.0f32; 4], [0.0f32; 4]);
+            for j in 0..n - i {
+                gb[j] = *g.add(i + j);
+                ub[j] = *u.add(i + j);
+            }
+            vst1q_f32(gb.as_mut_ptr(), silu(vld1q_f32(gb.as_ptr()), vld1q_f32(ub.as_ptr())));
+            for (j, &v) in gb.iter().enumerate().take(n - i) {
+                *g.add(i + j) = v;
+            }
         }
     }
 }
@@ -455,27 +376,32 @@ pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
 /// y += a·x, or y += x without a; multiply then add, as the scalar kernels
 /// (an FMA would round differently and gain nothing in a load-bound loop).
 ///
-/// Safety: pointers valid for n elements.
+/// # Safety
+/// pointers valid for n elements.
 #[target_feature(enable = "neon")]
 unsafe fn axpy(y: *mut f32, a: Option<f32>, x: *const f32, n: usize) {
-    let term = |xv: float32x4_t| match a {
-        Some(a) => vmulq_n_f32(xv, a),
-        None => xv,
-    };
-    let mut i = 0;
-    while i + 8 <= n {
-        let t0 = term(vld1q_f32(x.add(i)));
-        let t1 = term(vld1q_f32(x.add(i + 4)));
-        vst1q_f32(y.add(i), vaddq_f32(vld1q_f32(y.add(i)), t0));
-        vst1q_f32(y.add(i + 4), vaddq_f32(vld1q_f32(y.add(i + 4)), t1));
-        i += 8;
-    }
-    while i < n {
-        *y.add(i) += match a {
-            Some(a) => a * *x.add(i),
-            None => *x.add(i),
+    // SAFETY: the contract above (# Safety) bounds every pointer this
+    // body reads or writes, and the CPU has the function's features.
+    unsafe {
+        let term = |xv: float32x4_t| match a {
+            Some(a) => vmulq_n_f32(xv, a),
+            None => xv,
         };
-        i += 1;
+        let mut i = 0;
+        while i + 8 <= n {
+            let t0 = term(vld1q_f32(x.add(i)));
+            let t1 = term(vld1q_f32(x.add(i + 4)));
+            vst1q_f32(y.add(i), vaddq_f32(vld1q_f32(y.add(i)), t0));
+            vst1q_f32(y.add(i + 4), vaddq_f32(vld1q_f32(y.add(i + 4)), t1));
+            i += 8;
+        }
+        while i < n {
+            *y.add(i) += match a {
+                Some(a) => a * *x.add(i),
+                None => *x.add(i),
+            };
+            i += 1;
+        }
     }
 }
 

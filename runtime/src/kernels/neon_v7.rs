@@ -1,6 +1,6 @@
 //! NEON tier on ARMv7 (`kernels::neon` when the target is arm; the AArch64
 //! NEON tier is `neon_a64.rs`): Cortex-A7, A8, A9, A15 and other ARMv7-A
-//! cores with Advanced SIMD. Implements all ten kernels.
+//! cores with Advanced SIMD. Implements all twelve kernels.
 //!
 //! Build: ARMv7's NEON intrinsics and `#[target_feature(enable = "neon")]`
 //! are unstable, so this tier needs the whole crate built with
@@ -41,21 +41,6 @@ use crate::core::tensor::QAct;
 pub const TIER: &str = "neon";
 /// HWCAP_NEON. No VFPv4: nothing here uses vfma, so Cortex-A8/A9 qualify.
 pub const REQUIRED_FEATURES: &[&str] = &["neon"];
-/// Kernels this module implements itself (it falls back on nothing).
-pub const PROVIDES: &[&str] = &[
-    "matvec_q8",
-    "matvec_q4",
-    "quantize_q8",
-    "rmsnorm",
-    "softmax",
-    "rope",
-    "silu_mul",
-    "add",
-    "dot_f32",
-    "axpy_f32",
-    "attn_scores",
-    "attn_mix",
-];
 
 /// Keeps the `.init_array` NEON check linked into every binary that can
 /// reach a kernel of this module (an rlib object nothing references would be
@@ -78,7 +63,8 @@ const CHUNK: usize = 16;
 /// loads each activation block once), then VFP code adds `sumi · dw · dx`
 /// per row and block exactly as the scalar kernel does: bit-identical.
 ///
-/// Safety: NEON; `check_matvec` has accepted these arguments.
+/// # Safety
+/// NEON; `check_matvec` has accepted these arguments.
 #[allow(clippy::too_many_arguments)]
 unsafe fn matvec<const Q4: bool>(
     y: *mut f32,
@@ -90,40 +76,44 @@ unsafe fn matvec<const Q4: bool>(
     r0: usize,
     r1: usize,
 ) {
-    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
-    let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
-    let mut sumi = [0i32; 4 * CHUNK];
-    let mut r = r0;
-    while r + 4 <= r1 {
-        let mut acc = [0.0f32; 4];
-        let mut b0 = 0;
-        while b0 < nb {
-            let n = CHUNK.min(nb - b0);
-            let rows: [*const u8; 4] = std::array::from_fn(|j| wq.add((r + j) * stride + b0 * bb));
-            sums4::<Q4>(xq.add(b0 * QK), rows, n, sumi.as_mut_ptr());
-            for b in 0..n {
-                for (j, a) in acc.iter_mut().enumerate() {
-                    *a += sumi[4 * b + j] as f32 * *wd.add((r + j) * nb + b0 + b) * *xd.add(b0 + b);
+    // SAFETY: the contract above (# Safety) bounds every pointer this
+    // body reads or writes, and the CPU has the function's features.
+    unsafe {
+        let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+        let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
+        let mut sumi = [0i32; 4 * CHUNK];
+        let mut r = r0;
+        while r + 4 <= r1 {
+            let mut acc = [0.0f32; 4];
+            let mut b0 = 0;
+            while b0 < nb {
+                let n = CHUNK.min(nb - b0);
+                let rows: [*const u8; 4] = std::array::from_fn(|j| wq.add((r + j) * stride + b0 * bb));
+                sums4::<Q4>(xq.add(b0 * QK), rows, n, sumi.as_mut_ptr());
+                for b in 0..n {
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        *a += sumi[4 * b + j] as f32 * *wd.add((r + j) * nb + b0 + b) * *xd.add(b0 + b);
+                    }
                 }
+                b0 += n;
             }
-            b0 += n;
+            std::ptr::copy_nonoverlapping(acc.as_ptr(), y.add(r - r0), 4);
+            r += 4;
         }
-        std::ptr::copy_nonoverlapping(acc.as_ptr(), y.add(r - r0), 4);
-        r += 4;
-    }
-    while r < r1 {
-        let mut sum = 0.0f32;
-        let mut b0 = 0;
-        while b0 < nb {
-            let n = CHUNK.min(nb - b0);
-            sums1::<Q4>(xq.add(b0 * QK), wq.add(r * stride + b0 * bb), n, sumi.as_mut_ptr());
-            for (b, &s) in sumi[..n].iter().enumerate() {
-                sum += s as f32 * *wd.add(r * nb + b0 + b) * *xd.add(b0 + b);
+        while r < r1 {
+            let mut sum = 0.0f32;
+            let mut b0 = 0;
+            while b0 < nb {
+                let n = CHUNK.min(nb - b0);
+                sums1::<Q4>(xq.add(b0 * QK), wq.add(r * stride + b0 * bb), n, sumi.as_mut_ptr());
+                for (b, &s) in sumi[..n].iter().enumerate() {
+                    sum += s as f32 * *wd.add(r * nb + b0 + b) * *xd.add(b0 + b);
+                }
+                b0 += n;
             }
-            b0 += n;
+            *y.add(r - r0) = sum;
+            r += 1;
         }
-        *y.add(r - r0) = sum;
-        r += 1;
     }
 }
 
@@ -171,18 +161,44 @@ macro_rules! load_w_q4 {
     };
 }
 
+/// The int32 sums loop: per block, the activation block into q0/q1, then
+/// `$step` (the rows' loads and block dots, storing their sums at `out`);
+/// `n` ≥ 1 blocks. q14/q15 hold Q4's 0x0F and 8.
+macro_rules! sums_loop {
+    ($step:expr) => {
+        concat!(
+            "vmov.i8 q14, #15\n",
+            "vmov.i8 q15, #8\n",
+            "2:\n",
+            "vld1.8 {{d0-d3}}, [{x}]!\n",
+            $step,
+            "subs {n}, {n}, #1\n",
+            "bne 2b\n",
+        )
+    };
+}
+
+/// One asm statement of template `$body!(load)` per weight format, `$q4`
+/// choosing Q4's load (`load_w_q4`) or Q8's, with the same operands.
+macro_rules! per_format {
+    ($q4:expr, $body:ident, $($operands:tt)*) => {
+        if $q4 {
+            asm!($body!(load_w_q4), $($operands)*)
+        } else {
+            asm!($body!(load_w_q8), $($operands)*)
+        }
+    };
+}
+
 /// The int32 sums of `n` ≥ 1 consecutive blocks of four rows with the
 /// activation: out[4b + j] = sumi(row j, block b).
 ///
-/// Safety: NEON; x valid for 32·n bytes, each row for n blocks, out for 4·n.
+/// # Safety
+/// NEON; x valid for 32·n bytes, each row for n blocks, out for 4·n.
 unsafe fn sums4<const Q4: bool>(x: *const i8, w: [*const u8; 4], n: usize, out: *mut i32) {
     macro_rules! body {
         ($load:ident) => {
-            concat!(
-                "vmov.i8 q14, #15\n",
-                "vmov.i8 q15, #8\n",
-                "2:\n",
-                "vld1.8 {{d0-d3}}, [{x}]!\n",
+            sums_loop!(concat!(
                 $load!("w0"),
                 block_dot!("q10"),
                 $load!("w1"),
@@ -199,80 +215,61 @@ unsafe fn sums4<const Q4: bool>(x: *const i8, w: [*const u8; 4], n: usize, out: 
                 "vpadd.i32 d20, d20, d22\n",
                 "vpadd.i32 d21, d24, d26\n",
                 "vst1.32 {{d20-d21}}, [{out}]!\n",
-                "subs {n}, {n}, #1\n",
-                "bne 2b\n",
-            )
+            ))
         };
     }
-    macro_rules! run {
-        ($load:ident) => {
-            // SAFETY: reads n blocks at x and at each row, writes 4·n int32
-            // at out (the caller's bounds); touches only declared registers.
-            asm!(
-                body!($load),
-                x = inout(reg) x => _,
-                w0 = inout(reg) w[0] => _,
-                w1 = inout(reg) w[1] => _,
-                w2 = inout(reg) w[2] => _,
-                w3 = inout(reg) w[3] => _,
-                out = inout(reg) out => _,
-                n = inout(reg) n => _,
-                out("q0") _, out("q1") _, out("q2") _, out("q3") _,
-                out("q8") _, out("q9") _, out("q10") _, out("q11") _,
-                out("q12") _, out("q13") _, out("q14") _, out("q15") _,
-                options(nostack)
-            )
-        };
-    }
-    if Q4 {
-        run!(load_w_q4);
-    } else {
-        run!(load_w_q8);
+    // SAFETY: reads n blocks at x and at each row, writes 4·n int32 at out
+    // (the caller's bounds); touches only declared registers.
+    unsafe {
+        per_format!(
+            Q4,
+            body,
+            x = inout(reg) x => _,
+            w0 = inout(reg) w[0] => _,
+            w1 = inout(reg) w[1] => _,
+            w2 = inout(reg) w[2] => _,
+            w3 = inout(reg) w[3] => _,
+            out = inout(reg) out => _,
+            n = inout(reg) n => _,
+            out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+            out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+            out("q12") _, out("q13") _, out("q14") _, out("q15") _,
+            options(nostack)
+        )
     }
 }
 
 /// As `sums4` for one row: out[b] = sumi(block b).
 ///
-/// Safety: NEON; x valid for 32·n bytes, w for n blocks, out for n.
+/// # Safety
+/// NEON; x valid for 32·n bytes, w for n blocks, out for n.
 unsafe fn sums1<const Q4: bool>(x: *const i8, w: *const u8, n: usize, out: *mut i32) {
     macro_rules! body {
         ($load:ident) => {
-            concat!(
-                "vmov.i8 q14, #15\n",
-                "vmov.i8 q15, #8\n",
-                "2:\n",
-                "vld1.8 {{d0-d3}}, [{x}]!\n",
+            sums_loop!(concat!(
                 $load!("w"),
                 block_dot!("q10"),
                 "vpadd.i32 d20, d20, d21\n",
                 "vpadd.i32 d20, d20, d20\n",
                 "vst1.32 {{d20[0]}}, [{out}]!\n",
-                "subs {n}, {n}, #1\n",
-                "bne 2b\n",
-            )
+            ))
         };
     }
-    macro_rules! run {
-        ($load:ident) => {
-            // SAFETY: reads n blocks at x and w, writes n int32 at out (the
-            // caller's bounds); touches only declared registers.
-            asm!(
-                body!($load),
-                x = inout(reg) x => _,
-                w = inout(reg) w => _,
-                out = inout(reg) out => _,
-                n = inout(reg) n => _,
-                out("q0") _, out("q1") _, out("q2") _, out("q3") _,
-                out("q8") _, out("q9") _, out("q10") _,
-                out("q14") _, out("q15") _,
-                options(nostack)
-            )
-        };
-    }
-    if Q4 {
-        run!(load_w_q4);
-    } else {
-        run!(load_w_q8);
+    // SAFETY: reads n blocks at x and w, writes n int32 at out (the
+    // caller's bounds); touches only declared registers.
+    unsafe {
+        per_format!(
+            Q4,
+            body,
+            x = inout(reg) x => _,
+            w = inout(reg) w => _,
+            out = inout(reg) out => _,
+            n = inout(reg) n => _,
+            out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+            out("q8") _, out("q9") _, out("q10") _,
+            out("q14") _, out("q15") _,
+            options(nostack)
+        )
     }
 }
 
@@ -305,45 +302,48 @@ pub fn quantize_q8(q: &mut [i8], d: &mut [f32], x: &[f32]) {
 /// their bits is their numeric order, subnormals and infinity included, so
 /// an integer max is exact where NEON's float max would flush subnormals.
 ///
-/// Safety: NEON; `x` valid for QK floats.
+/// # Safety
+/// NEON; `x` valid for QK floats.
 unsafe fn abs_max_bits(x: *const f32) -> u32 {
     let bits: u32;
     // SAFETY: reads 32 floats at x; touches only declared registers.
-    asm!(
-        "vmov.i32 q12, #0",
-        "mov {i}, #2",
-        "2:",
-        "vld1.32 {{d16-d19}}, [{x}]!",
-        "vld1.32 {{d20-d23}}, [{x}]!",
-        // All-ones where x == x, i.e. not NaN.
-        "vceq.f32 q0, q8, q8",
-        "vceq.f32 q1, q9, q9",
-        "vceq.f32 q2, q10, q10",
-        "vceq.f32 q3, q11, q11",
-        "vbic.i32 q8, #0x80000000",
-        "vbic.i32 q9, #0x80000000",
-        "vbic.i32 q10, #0x80000000",
-        "vbic.i32 q11, #0x80000000",
-        "vand q8, q8, q0",
-        "vand q9, q9, q1",
-        "vand q10, q10, q2",
-        "vand q11, q11, q3",
-        "vmax.u32 q8, q8, q9",
-        "vmax.u32 q10, q10, q11",
-        "vmax.u32 q12, q12, q8",
-        "vmax.u32 q12, q12, q10",
-        "subs {i}, {i}, #1",
-        "bne 2b",
-        "vpmax.u32 d24, d24, d25",
-        "vpmax.u32 d24, d24, d24",
-        "vmov.32 {bits}, d24[0]",
-        x = inout(reg) x => _,
-        i = out(reg) _,
-        bits = out(reg) bits,
-        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
-        out("q8") _, out("q9") _, out("q10") _, out("q11") _, out("q12") _,
-        options(readonly, nostack)
-    );
+    unsafe {
+        asm!(
+            "vmov.i32 q12, #0",
+            "mov {i}, #2",
+            "2:",
+            "vld1.32 {{d16-d19}}, [{x}]!",
+            "vld1.32 {{d20-d23}}, [{x}]!",
+            // All-ones where x == x, i.e. not NaN.
+            "vceq.f32 q0, q8, q8",
+            "vceq.f32 q1, q9, q9",
+            "vceq.f32 q2, q10, q10",
+            "vceq.f32 q3, q11, q11",
+            "vbic.i32 q8, #0x80000000",
+            "vbic.i32 q9, #0x80000000",
+            "vbic.i32 q10, #0x80000000",
+            "vbic.i32 q11, #0x80000000",
+            "vand q8, q8, q0",
+            "vand q9, q9, q1",
+            "vand q10, q10, q2",
+            "vand q11, q11, q3",
+            "vmax.u32 q8, q8, q9",
+            "vmax.u32 q10, q10, q11",
+            "vmax.u32 q12, q12, q8",
+            "vmax.u32 q12, q12, q10",
+            "subs {i}, {i}, #1",
+            "bne 2b",
+            "vpmax.u32 d24, d24, d25",
+            "vpmax.u32 d24, d24, d24",
+            "vmov.32 {bits}, d24[0]",
+            x = inout(reg) x => _,
+            i = out(reg) _,
+            bits = out(reg) bits,
+            out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+            out("q8") _, out("q9") _, out("q10") _, out("q11") _, out("q12") _,
+            options(readonly, nostack)
+        )
+    };
     bits
 }
 
@@ -353,49 +353,52 @@ unsafe fn abs_max_bits(x: *const f32) -> u32 {
 /// vcvt truncates, saturates and maps NaN to 0 as `as` does, and the clamp
 /// in integers equals the scalar clamp in floats.
 ///
-/// Safety: NEON; `q` and `x` valid for QK elements.
+/// # Safety
+/// NEON; `q` and `x` valid for QK elements.
 unsafe fn quantize_block(q: *mut i8, x: *const f32, id: f32) {
     // SAFETY: reads 32 floats at x, writes 32 bytes at q; touches only
     // declared registers.
-    asm!(
-        "vdup.32 q0, {id}",
-        "vmov.i32 q1, #0x80000000",
-        "vmov.f32 q2, #0.5",
-        "vmov.i32 q3, #127",
-        "vneg.s32 q15, q3",
-        "mov {i}, #4",
-        "2:",
-        "vld1.32 {{d16-d19}}, [{x}]!",
-        // copysign(0.5, x)
-        "vand q10, q8, q1",
-        "vand q11, q9, q1",
-        "vorr q10, q10, q2",
-        "vorr q11, q11, q2",
-        "vmul.f32 q8, q8, q0",
-        "vmul.f32 q9, q9, q0",
-        "vadd.f32 q8, q8, q10",
-        "vadd.f32 q9, q9, q11",
-        "vcvt.s32.f32 q8, q8",
-        "vcvt.s32.f32 q9, q9",
-        "vmin.s32 q8, q8, q3",
-        "vmin.s32 q9, q9, q3",
-        "vmax.s32 q8, q8, q15",
-        "vmax.s32 q9, q9, q15",
-        // In range already, so the saturating narrows only narrow.
-        "vqmovn.s32 d20, q8",
-        "vqmovn.s32 d21, q9",
-        "vqmovn.s16 d20, q10",
-        "vst1.8 {{d20}}, [{q}]!",
-        "subs {i}, {i}, #1",
-        "bne 2b",
-        id = in(reg) id.to_bits(),
-        x = inout(reg) x => _,
-        q = inout(reg) q => _,
-        i = out(reg) _,
-        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
-        out("q8") _, out("q9") _, out("q10") _, out("q11") _, out("q15") _,
-        options(nostack)
-    );
+    unsafe {
+        asm!(
+            "vdup.32 q0, {id}",
+            "vmov.i32 q1, #0x80000000",
+            "vmov.f32 q2, #0.5",
+            "vmov.i32 q3, #127",
+            "vneg.s32 q15, q3",
+            "mov {i}, #4",
+            "2:",
+            "vld1.32 {{d16-d19}}, [{x}]!",
+            // copysign(0.5, x)
+            "vand q10, q8, q1",
+            "vand q11, q9, q1",
+            "vorr q10, q10, q2",
+            "vorr q11, q11, q2",
+            "vmul.f32 q8, q8, q0",
+            "vmul.f32 q9, q9, q0",
+            "vadd.f32 q8, q8, q10",
+            "vadd.f32 q9, q9, q11",
+            "vcvt.s32.f32 q8, q8",
+            "vcvt.s32.f32 q9, q9",
+            "vmin.s32 q8, q8, q3",
+            "vmin.s32 q9, q9, q3",
+            "vmax.s32 q8, q8, q15",
+            "vmax.s32 q9, q9, q15",
+            // In range already, so the saturating narrows only narrow.
+            "vqmovn.s32 d20, q8",
+            "vqmovn.s32 d21, q9",
+            "vqmovn.s16 d20, q10",
+            "vst1.8 {{d20}}, [{q}]!",
+            "subs {i}, {i}, #1",
+            "bne 2b",
+            id = in(reg) id.to_bits(),
+            x = inout(reg) x => _,
+            q = inout(reg) q => _,
+            i = out(reg) _,
+            out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+            out("q8") _, out("q9") _, out("q10") _, out("q11") _, out("q15") _,
+            options(nostack)
+        )
+    };
 }
 
 // ---------------------------------------------------------------------------
@@ -484,34 +487,37 @@ macro_rules! exp_q8 {
 /// x[i] ← e^(x[i] − shift) for `n4` ≥ 1 groups of four; returns the four
 /// lane sums of the results.
 ///
-/// Safety: NEON; `x` valid for 4·n4 floats.
+/// # Safety
+/// NEON; `x` valid for 4·n4 floats.
 unsafe fn exp_shift_sum(x: *mut f32, n4: usize, shift: f32) -> [f32; 4] {
     let mut sums = [0.0f32; 4];
     // SAFETY: reads and writes 4·n4 floats at x and writes `sums`; touches
     // only declared registers.
-    asm!(
-        load_exp_consts!(),
-        "vdup.32 q15, {shift}",
-        "vmov.i32 q14, #0",
-        "2:",
-        "vld1.32 {{d16-d17}}, [{x}]",
-        "vsub.f32 q8, q8, q15",
-        exp_q8!(),
-        "vst1.32 {{d16-d17}}, [{x}]!",
-        "vadd.f32 q14, q14, q8",
-        "subs {n}, {n}, #1",
-        "bne 2b",
-        "vst1.32 {{d28-d29}}, [{s}]",
-        c = inout(reg) EXP_CONSTS.as_ptr() => _,
-        shift = in(reg) shift.to_bits(),
-        x = inout(reg) x => _,
-        n = inout(reg) n4 => _,
-        s = in(reg) sums.as_mut_ptr(),
-        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
-        out("q8") _, out("q9") _, out("q10") _, out("q11") _,
-        out("q12") _, out("q13") _, out("q14") _, out("q15") _,
-        options(nostack)
-    );
+    unsafe {
+        asm!(
+            load_exp_consts!(),
+            "vdup.32 q15, {shift}",
+            "vmov.i32 q14, #0",
+            "2:",
+            "vld1.32 {{d16-d17}}, [{x}]",
+            "vsub.f32 q8, q8, q15",
+            exp_q8!(),
+            "vst1.32 {{d16-d17}}, [{x}]!",
+            "vadd.f32 q14, q14, q8",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            "vst1.32 {{d28-d29}}, [{s}]",
+            c = inout(reg) EXP_CONSTS.as_ptr() => _,
+            shift = in(reg) shift.to_bits(),
+            x = inout(reg) x => _,
+            n = inout(reg) n4 => _,
+            s = in(reg) sums.as_mut_ptr(),
+            out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+            out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+            out("q12") _, out("q13") _, out("q14") _, out("q15") _,
+            options(nostack)
+        )
+    };
     sums
 }
 
@@ -535,59 +541,65 @@ pub fn exp_in_place(v: &mut [f32]) {
 /// Σ a[i]·b[i] over n elements: four accumulators for 16 elements a step,
 /// then one for groups of four, then the rest in VFP.
 ///
-/// Safety: NEON; `a` and `b` valid for n reads.
+/// # Safety
+/// NEON; `a` and `b` valid for n reads.
 unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
     let (n16, n4) = (n / 16, n % 16 / 4);
     if n16 + n4 == 0 {
-        return crate::kernels::scalar::dot_f32(std::slice::from_raw_parts(a, n), std::slice::from_raw_parts(b, n));
+        // SAFETY: the contract: a and b hold n floats.
+        let (a, b) = unsafe { (std::slice::from_raw_parts(a, n), std::slice::from_raw_parts(b, n)) };
+        return crate::kernels::scalar::dot_f32(a, b);
     }
     let mut lanes = [0.0f32; 4];
     // SAFETY: reads 16·n16 + 4·n4 floats at a and b, writes `lanes`;
     // touches only declared registers.
-    asm!(
-        "vmov.i32 q8, #0",
-        "vmov.i32 q9, #0",
-        "vmov.i32 q10, #0",
-        "vmov.i32 q11, #0",
-        "cmp {n16}, #0",
-        "beq 3f",
-        "2:",
-        "vld1.32 {{d0-d3}}, [{a}]!",
-        "vld1.32 {{d4-d7}}, [{b}]!",
-        "vmla.f32 q8, q0, q2",
-        "vmla.f32 q9, q1, q3",
-        "vld1.32 {{d0-d3}}, [{a}]!",
-        "vld1.32 {{d4-d7}}, [{b}]!",
-        "vmla.f32 q10, q0, q2",
-        "vmla.f32 q11, q1, q3",
-        "subs {n16}, {n16}, #1",
-        "bne 2b",
-        "3:",
-        "cmp {n4}, #0",
-        "beq 5f",
-        "4:",
-        "vld1.32 {{d0-d1}}, [{a}]!",
-        "vld1.32 {{d4-d5}}, [{b}]!",
-        "vmla.f32 q8, q0, q2",
-        "subs {n4}, {n4}, #1",
-        "bne 4b",
-        "5:",
-        "vadd.f32 q8, q8, q9",
-        "vadd.f32 q10, q10, q11",
-        "vadd.f32 q8, q8, q10",
-        "vst1.32 {{d16-d17}}, [{out}]",
-        a = inout(reg) a => _,
-        b = inout(reg) b => _,
-        n16 = inout(reg) n16 => _,
-        n4 = inout(reg) n4 => _,
-        out = in(reg) lanes.as_mut_ptr(),
-        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
-        out("q8") _, out("q9") _, out("q10") _, out("q11") _,
-        options(nostack)
-    );
+    unsafe {
+        asm!(
+            "vmov.i32 q8, #0",
+            "vmov.i32 q9, #0",
+            "vmov.i32 q10, #0",
+            "vmov.i32 q11, #0",
+            "cmp {n16}, #0",
+            "beq 3f",
+            "2:",
+            "vld1.32 {{d0-d3}}, [{a}]!",
+            "vld1.32 {{d4-d7}}, [{b}]!",
+            "vmla.f32 q8, q0, q2",
+            "vmla.f32 q9, q1, q3",
+            "vld1.32 {{d0-d3}}, [{a}]!",
+            "vld1.32 {{d4-d7}}, [{b}]!",
+            "vmla.f32 q10, q0, q2",
+            "vmla.f32 q11, q1, q3",
+            "subs {n16}, {n16}, #1",
+            "bne 2b",
+            "3:",
+            "cmp {n4}, #0",
+            "beq 5f",
+            "4:",
+            "vld1.32 {{d0-d1}}, [{a}]!",
+            "vld1.32 {{d4-d5}}, [{b}]!",
+            "vmla.f32 q8, q0, q2",
+            "subs {n4}, {n4}, #1",
+            "bne 4b",
+            "5:",
+            "vadd.f32 q8, q8, q9",
+            "vadd.f32 q10, q10, q11",
+            "vadd.f32 q8, q8, q10",
+            "vst1.32 {{d16-d17}}, [{out}]",
+            a = inout(reg) a => _,
+            b = inout(reg) b => _,
+            n16 = inout(reg) n16 => _,
+            n4 = inout(reg) n4 => _,
+            out = in(reg) lanes.as_mut_ptr(),
+            out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+            out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+            options(nostack)
+        )
+    };
     let mut sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
     for i in n - n % 4..n {
-        sum += *a.add(i) * *b.add(i);
+        // SAFETY: i < n, inside the contract's n floats.
+        sum += unsafe { *a.add(i) * *b.add(i) };
     }
     sum
 }
@@ -619,28 +631,31 @@ pub fn rmsnorm(o: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
 /// o[i] = w[i] · (scale · x[i]), the scalar kernel's order, for `n4` ≥ 1
 /// groups of four.
 ///
-/// Safety: NEON; pointers valid for 4·n4 elements.
+/// # Safety
+/// NEON; pointers valid for 4·n4 elements.
 unsafe fn scale_mul(o: *mut f32, x: *const f32, w: *const f32, scale: f32, n4: usize) {
     // SAFETY: reads 4·n4 floats at x and w, writes as many at o; touches
     // only declared registers.
-    asm!(
-        "vdup.32 q0, {s}",
-        "2:",
-        "vld1.32 {{d16-d17}}, [{x}]!",
-        "vld1.32 {{d18-d19}}, [{w}]!",
-        "vmul.f32 q8, q8, q0",
-        "vmul.f32 q8, q9, q8",
-        "vst1.32 {{d16-d17}}, [{o}]!",
-        "subs {n}, {n}, #1",
-        "bne 2b",
-        s = in(reg) scale.to_bits(),
-        x = inout(reg) x => _,
-        w = inout(reg) w => _,
-        o = inout(reg) o => _,
-        n = inout(reg) n4 => _,
-        out("q0") _, out("q8") _, out("q9") _,
-        options(nostack)
-    );
+    unsafe {
+        asm!(
+            "vdup.32 q0, {s}",
+            "2:",
+            "vld1.32 {{d16-d17}}, [{x}]!",
+            "vld1.32 {{d18-d19}}, [{w}]!",
+            "vmul.f32 q8, q8, q0",
+            "vmul.f32 q8, q9, q8",
+            "vst1.32 {{d16-d17}}, [{o}]!",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            s = in(reg) scale.to_bits(),
+            x = inout(reg) x => _,
+            w = inout(reg) w => _,
+            o = inout(reg) o => _,
+            n = inout(reg) n4 => _,
+            out("q0") _, out("q8") _, out("q9") _,
+            options(nostack)
+        )
+    };
 }
 
 /// In-place softmax, shifted by the maximum for stability.
@@ -679,32 +694,28 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// Rotates each interleaved pair (2i, 2i+1) of every query and key head by
-/// the angle whose cosine and sine are `cos[i]`, `sin[i]`.
-pub fn rope(
-    q: &mut [f32],
-    k: &mut [f32],
-    cos: &[f32],
-    sin: &[f32],
-    head_dim: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-) {
+rope_by_heads!();
+
+/// One head's `pairs` pairs: four a step in NEON (`rotate4`), the rest in
+/// VFP with the scalar kernel's expressions.
+///
+/// # Safety
+/// NEON; `v` valid for 2·pairs floats, cos/sin for `pairs`.
+unsafe fn rotate(v: *mut f32, cos: *const f32, sin: *const f32, pairs: usize) {
     keep_guard();
-    let pairs = super::scaffold::check_rope(q, k, cos, sin, head_dim, n_heads, n_kv_heads);
     let p4 = pairs / 4;
-    for (v, heads) in [(q, n_heads), (k, n_kv_heads)] {
-        for head in v[..heads * head_dim].chunks_exact_mut(head_dim) {
-            if p4 > 0 {
-                // SAFETY: NEON verified by the early guard; the head holds
-                // 2·pairs ≥ 8·p4 floats, cos/sin hold pairs ≥ 4·p4.
-                unsafe { rotate(head.as_mut_ptr(), cos.as_ptr(), sin.as_ptr(), p4) }
-            }
-            for i in 4 * p4..pairs {
-                let (a, b) = (head[2 * i], head[2 * i + 1]);
-                head[2 * i] = a * cos[i] - b * sin[i];
-                head[2 * i + 1] = a * sin[i] + b * cos[i];
-            }
+    if p4 > 0 {
+        // SAFETY: the contract: v holds 2·pairs ≥ 8·p4 floats, cos/sin
+        // hold pairs ≥ 4·p4.
+        unsafe { rotate4(v, cos, sin, p4) }
+    }
+    for i in 4 * p4..pairs {
+        // SAFETY: i < pairs: pair i and its angle are inside the contract.
+        unsafe {
+            let (a, b) = (*v.add(2 * i), *v.add(2 * i + 1));
+            let (c, s) = (*cos.add(i), *sin.add(i));
+            *v.add(2 * i) = a * c - b * s;
+            *v.add(2 * i + 1) = a * s + b * c;
         }
     }
 }
@@ -713,32 +724,35 @@ pub fn rope(
 /// a·c − b·s and a·s + b·c (the scalar kernel's expressions, rounded
 /// identically) go to q12/q13, which vst2 interleaves back.
 ///
-/// Safety: NEON; `v` valid for 8·p4 floats, cos/sin for 4·p4, p4 ≥ 1.
-unsafe fn rotate(v: *mut f32, cos: *const f32, sin: *const f32, p4: usize) {
+/// # Safety
+/// NEON; `v` valid for 8·p4 floats, cos/sin for 4·p4, p4 ≥ 1.
+unsafe fn rotate4(v: *mut f32, cos: *const f32, sin: *const f32, p4: usize) {
     // SAFETY: reads and writes 8·p4 floats at v, reads 4·p4 at cos and sin;
     // touches only declared registers.
-    asm!(
-        "2:",
-        "vld2.32 {{d16-d19}}, [{v}]",
-        "vld1.32 {{d20-d21}}, [{c}]!",
-        "vld1.32 {{d22-d23}}, [{s}]!",
-        "vmul.f32 q12, q8, q10",
-        "vmul.f32 q13, q9, q11",
-        "vsub.f32 q12, q12, q13",
-        "vmul.f32 q13, q8, q11",
-        "vmul.f32 q14, q9, q10",
-        "vadd.f32 q13, q13, q14",
-        "vst2.32 {{d24-d27}}, [{v}]!",
-        "subs {n}, {n}, #1",
-        "bne 2b",
-        v = inout(reg) v => _,
-        c = inout(reg) cos => _,
-        s = inout(reg) sin => _,
-        n = inout(reg) p4 => _,
-        out("q8") _, out("q9") _, out("q10") _, out("q11") _,
-        out("q12") _, out("q13") _, out("q14") _,
-        options(nostack)
-    );
+    unsafe {
+        asm!(
+            "2:",
+            "vld2.32 {{d16-d19}}, [{v}]",
+            "vld1.32 {{d20-d21}}, [{c}]!",
+            "vld1.32 {{d22-d23}}, [{s}]!",
+            "vmul.f32 q12, q8, q10",
+            "vmul.f32 q13, q9, q11",
+            "vsub.f32 q12, q12, q13",
+            "vmul.f32 q13, q8, q11",
+            "vmul.f32 q14, q9, q10",
+            "vadd.f32 q13, q13, q14",
+            "vst2.32 {{d24-d27}}, [{v}]!",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            v = inout(reg) v => _,
+            c = inout(reg) cos => _,
+            s = inout(reg) sin => _,
+            n = inout(reg) p4 => _,
+            out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+            out("q12") _, out("q13") _, out("q14") _,
+            options(nostack)
+        )
+    };
 }
 
 /// g = silu(g) · u, with silu(v) = v / (1 + e^(−v)).
@@ -766,38 +780,41 @@ pub fn silu_mul(g: &mut [f32], u: &[f32]) {
 /// reciprocal by vrecpe refined with two Newton steps (vrecps) to about an
 /// ulp: ARMv7 NEON has no vector divide.
 ///
-/// Safety: NEON; pointers valid for 4·n4 elements.
+/// # Safety
+/// NEON; pointers valid for 4·n4 elements.
 unsafe fn silu_mul_neon(g: *mut f32, u: *const f32, n4: usize) {
     // SAFETY: reads and writes 4·n4 floats at g, reads as many at u;
     // touches only declared registers.
-    asm!(
-        load_exp_consts!(),
-        "2:",
-        "vld1.32 {{d28-d29}}, [{g}]",
-        "vneg.f32 q8, q14",
-        exp_q8!(),
-        "vdup.32 q9, d6[0]",
-        "vadd.f32 q8, q8, q9",
-        "vrecpe.f32 q9, q8",
-        "vrecps.f32 q10, q8, q9",
-        "vmul.f32 q9, q9, q10",
-        "vrecps.f32 q10, q8, q9",
-        "vmul.f32 q9, q9, q10",
-        "vld1.32 {{d30-d31}}, [{u}]!",
-        "vmul.f32 q14, q14, q9",
-        "vmul.f32 q14, q14, q15",
-        "vst1.32 {{d28-d29}}, [{g}]!",
-        "subs {n}, {n}, #1",
-        "bne 2b",
-        c = inout(reg) EXP_CONSTS.as_ptr() => _,
-        g = inout(reg) g => _,
-        u = inout(reg) u => _,
-        n = inout(reg) n4 => _,
-        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
-        out("q8") _, out("q9") _, out("q10") _, out("q11") _,
-        out("q12") _, out("q13") _, out("q14") _, out("q15") _,
-        options(nostack)
-    );
+    unsafe {
+        asm!(
+            load_exp_consts!(),
+            "2:",
+            "vld1.32 {{d28-d29}}, [{g}]",
+            "vneg.f32 q8, q14",
+            exp_q8!(),
+            "vdup.32 q9, d6[0]",
+            "vadd.f32 q8, q8, q9",
+            "vrecpe.f32 q9, q8",
+            "vrecps.f32 q10, q8, q9",
+            "vmul.f32 q9, q9, q10",
+            "vrecps.f32 q10, q8, q9",
+            "vmul.f32 q9, q9, q10",
+            "vld1.32 {{d30-d31}}, [{u}]!",
+            "vmul.f32 q14, q14, q9",
+            "vmul.f32 q14, q14, q15",
+            "vst1.32 {{d28-d29}}, [{g}]!",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            c = inout(reg) EXP_CONSTS.as_ptr() => _,
+            g = inout(reg) g => _,
+            u = inout(reg) u => _,
+            n = inout(reg) n4 => _,
+            out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+            out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+            out("q12") _, out("q13") _, out("q14") _, out("q15") _,
+            options(nostack)
+        )
+    };
 }
 
 /// y += x
@@ -833,13 +850,14 @@ pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
 /// y += a·x (or y += x without a) for `n8` ≥ 1 groups of eight; multiply
 /// then add, as the scalar kernels.
 ///
-/// Safety: NEON; pointers valid for 8·n8 elements.
+/// # Safety
+/// NEON; pointers valid for 8·n8 elements.
 unsafe fn axpy(y: *mut f32, a: Option<f32>, x: *const f32, n8: usize) {
     macro_rules! run {
         ($scale:literal) => {
             // SAFETY: reads 8·n8 floats at x and y, writes them at y;
             // touches only declared registers.
-            asm!(
+            unsafe { asm!(
                 "vdup.32 q0, {a}",
                 "2:",
                 "vld1.32 {{d16-d19}}, [{y}]",
@@ -856,7 +874,7 @@ unsafe fn axpy(y: *mut f32, a: Option<f32>, x: *const f32, n8: usize) {
                 n = inout(reg) n8 => _,
                 out("q0") _, out("q8") _, out("q9") _, out("q10") _, out("q11") _,
                 options(nostack)
-            )
+            ) }
         };
     }
     if a.is_some() {

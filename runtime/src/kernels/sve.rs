@@ -76,20 +76,20 @@ pub const TIER: &str = "sve";
 /// HWCAP_ASIMD (the NEON tier's kernels are bound here) and HWCAP_SVE.
 /// Not asimddp: see the module comment.
 pub const REQUIRED_FEATURES: &[&str] = &["asimd", "sve"];
-/// Kernels this module implements itself.
-pub const PROVIDES: &[&str] = &["matvec_q8", "matvec_q4"];
 
 matvec_entry_points!();
 
 /// The vector length in bytes (16 to 256).
 ///
 /// # Safety
-/// The CPU must have SVE (the guard of this build checks it).
+/// A call from code not compiled for SVE must know the CPU has SVE (this
+/// build's guard has checked it).
 #[target_feature(enable = "sve")]
-pub unsafe fn vector_bytes() -> usize {
+pub fn vector_bytes() -> usize {
     let n: usize;
-    // SAFETY: cntb only reads the vector length.
-    asm!("cntb {n}", n = out(reg) n, options(pure, nomem, nostack, preserves_flags));
+    // SAFETY: cntb only reads the vector length, and this function's
+    // feature is SVE.
+    unsafe { asm!("cntb {n}", n = out(reg) n, options(pure, nomem, nostack, preserves_flags)) };
     n
 }
 
@@ -102,24 +102,29 @@ pub unsafe fn vector_bytes() -> usize {
 // rows' float sums; p1 = four lanes, p2 the `rows` stored. Q4: v23 the
 // running −8·Σx, v24 = −8, v27 = 0x0F.
 
-/// One Q8 block: the four rows' running sums, reduced into `$dst` (lane j:
-/// row j).
-macro_rules! q8_block {
+/// Row `$acc`'s running sum += its block (elements 0–15 in `$lo`, 16–31 in
+/// `$hi`) · the activation's (v0, v1).
+macro_rules! narrow_sdot {
+    ($acc:literal, $lo:literal, $hi:literal) => {
+        concat!(
+            "sdot ",
+            $acc,
+            ".s, ",
+            $lo,
+            ".b, z0.b\n",
+            "sdot ",
+            $acc,
+            ".s, ",
+            $hi,
+            ".b, z1.b\n",
+        )
+    };
+}
+
+/// The four rows' running sums reduced into `$dst` (lane j: row j).
+macro_rules! narrow_reduce {
     ($dst:literal) => {
         concat!(
-            "ldp q0, q1, [{x}], #32\n",
-            "ldp q2, q3, [{w0}], #32\n",
-            "ldp q4, q5, [{w1}], #32\n",
-            "ldp q6, q7, [{w2}], #32\n",
-            "ldp q8, q9, [{w3}], #32\n",
-            "sdot z16.s, z2.b, z0.b\n",
-            "sdot z16.s, z3.b, z1.b\n",
-            "sdot z17.s, z4.b, z0.b\n",
-            "sdot z17.s, z5.b, z1.b\n",
-            "sdot z18.s, z6.b, z0.b\n",
-            "sdot z18.s, z7.b, z1.b\n",
-            "sdot z19.s, z8.b, z0.b\n",
-            "sdot z19.s, z9.b, z1.b\n",
             "addp v22.4s, v18.4s, v19.4s\n",
             "addp ",
             $dst,
@@ -129,6 +134,24 @@ macro_rules! q8_block {
             ".4s, ",
             $dst,
             ".4s, v22.4s\n",
+        )
+    };
+}
+
+/// One Q8 block: the four rows' running sums, reduced into `$dst`.
+macro_rules! q8_block {
+    ($dst:literal) => {
+        concat!(
+            "ldp q0, q1, [{x}], #32\n",
+            "ldp q2, q3, [{w0}], #32\n",
+            "ldp q4, q5, [{w1}], #32\n",
+            "ldp q6, q7, [{w2}], #32\n",
+            "ldp q8, q9, [{w3}], #32\n",
+            narrow_sdot!("z16", "z2", "z3"),
+            narrow_sdot!("z17", "z4", "z5"),
+            narrow_sdot!("z18", "z6", "z7"),
+            narrow_sdot!("z19", "z8", "z9"),
+            narrow_reduce!($dst),
         )
     };
 }
@@ -151,25 +174,13 @@ macro_rules! q4_block {
             "ushr v6.16b, v6.16b, #4\n",
             "and v9.16b, v8.16b, v27.16b\n",
             "ushr v8.16b, v8.16b, #4\n",
-            "sdot z16.s, z3.b, z0.b\n",
-            "sdot z16.s, z2.b, z1.b\n",
-            "sdot z17.s, z5.b, z0.b\n",
-            "sdot z17.s, z4.b, z1.b\n",
-            "sdot z18.s, z7.b, z0.b\n",
-            "sdot z18.s, z6.b, z1.b\n",
-            "sdot z19.s, z9.b, z0.b\n",
-            "sdot z19.s, z8.b, z1.b\n",
+            narrow_sdot!("z16", "z3", "z2"),
+            narrow_sdot!("z17", "z5", "z4"),
+            narrow_sdot!("z18", "z7", "z6"),
+            narrow_sdot!("z19", "z9", "z8"),
             "sdot z23.s, z0.b, z24.b\n",
             "sdot z23.s, z1.b, z24.b\n",
-            "addp v22.4s, v18.4s, v19.4s\n",
-            "addp ",
-            $dst,
-            ".4s, v16.4s, v17.4s\n",
-            "addp ",
-            $dst,
-            ".4s, ",
-            $dst,
-            ".4s, v22.4s\n",
+            narrow_reduce!($dst),
             "addp v22.4s, v23.4s, v23.4s\n",
             "addp v22.4s, v22.4s, v22.4s\n",
             "add ",
@@ -294,12 +305,47 @@ macro_rules! narrow_asm {
 // z14 = j·nb + b0 + k (each lane's scale index), z15 = nb; z24/z25 the
 // weight and activation scales; z28 the rows' float sums (lane j); z9/z10
 // Q4's permutation and shifts; p0 all true, p1 the step's bytes, p2 Q4's
-// packed bytes, p3 the step's blocks, then the group's rows.
+// packed bytes, p3 the step's blocks, p4 the group's rows.
+//
+// The macros below are keyed by the number of blocks a row has in one
+// vector of int32 (G, or 2G in the pair steps): 1, 2, 4 or 8.
 
-/// Three rounds of uzp1/uzp2 + add over the eight rows' sums: lane j·G + k
-/// of z1 ← row j's int32 sum over blocks b0 + k (a block is eight lanes,
-/// and each round adds neighbouring lanes).
-macro_rules! reduce8 {
+/// Lane i's row, j = i / G, in z27 (which holds i).
+macro_rules! lane_row {
+    (1) => {
+        ""
+    };
+    (2) => {
+        "lsr z27.s, z27.s, #1\n"
+    };
+    (4) => {
+        "lsr z27.s, z27.s, #2\n"
+    };
+    (8) => {
+        "lsr z27.s, z27.s, #3\n"
+    };
+}
+
+/// Lane i's block, k = i % G, in z26 (which holds i).
+macro_rules! lane_block {
+    (1) => {
+        "mov z26.s, #0\n"
+    };
+    (2) => {
+        "and z26.s, z26.s, #1\n"
+    };
+    (4) => {
+        "and z26.s, z26.s, #3\n"
+    };
+    (8) => {
+        "and z26.s, z26.s, #7\n"
+    };
+}
+
+/// The first two rounds of uzp1/uzp2 + add over the eight rows' sums
+/// z16–z23 (each round adds neighbouring lanes): rows 0–3 in z2, rows 4–7
+/// in z6.
+macro_rules! reduce8_two_rounds {
     () => {
         concat!(
             "uzp1 z1.s, z16.s, z17.s\n",
@@ -320,6 +366,16 @@ macro_rules! reduce8 {
             "uzp1 z6.s, z5.s, z7.s\n",
             "uzp2 z8.s, z5.s, z7.s\n",
             "add z6.s, z6.s, z8.s\n",
+        )
+    };
+}
+
+/// Three rounds: lane j·G + k of z1 ← row j's int32 sum over blocks b0 + k
+/// (a block is eight lanes).
+macro_rules! reduce8 {
+    () => {
+        concat!(
+            reduce8_two_rounds!(),
             "uzp1 z1.s, z2.s, z6.s\n",
             "uzp2 z3.s, z2.s, z6.s\n",
             "add z1.s, z1.s, z3.s\n",
@@ -327,86 +383,84 @@ macro_rules! reduce8 {
     };
 }
 
-// z28 (lane j: row j) += the step's terms, block after block: the lanes of
-// block k (j·G + k for every j) are brought down to lanes j by rounds of
-// uzp1/uzp2 of z12 with itself, then added in k order.
-macro_rules! acc_g1 {
-    () => {
-        "fadd z28.s, z28.s, z12.s\n"
+/// `$op $d.s, $a.s, $b.s`.
+macro_rules! op_s {
+    ($op:literal, $d:literal, $a:literal, $b:literal) => {
+        concat!($op, " ", $d, ".s, ", $a, ".s, ", $b, ".s\n")
     };
 }
-macro_rules! acc_g2 {
-    () => {
+
+/// `$dst` (lane j: row j) += the terms in `$src` (lane j·G + k: row j,
+/// block b0 + k), block after block: the lanes of block k are brought down
+/// to lanes j by rounds of uzp1/uzp2 of the terms with themselves, then
+/// added in k order. Scratch z1–z8.
+macro_rules! acc_blocks {
+    (1, $src:literal, $dst:literal) => {
+        op_s!("fadd", $dst, $dst, $src)
+    };
+    (2, $src:literal, $dst:literal) => {
         concat!(
-            "uzp1 z1.s, z12.s, z12.s\n",
-            "uzp2 z2.s, z12.s, z12.s\n",
-            "fadd z28.s, z28.s, z1.s\n",
-            "fadd z28.s, z28.s, z2.s\n",
+            op_s!("uzp1", "z1", $src, $src),
+            op_s!("uzp2", "z2", $src, $src),
+            op_s!("fadd", $dst, $dst, "z1"),
+            op_s!("fadd", $dst, $dst, "z2"),
         )
     };
-}
-macro_rules! acc_g4 {
-    () => {
+    (4, $src:literal, $dst:literal) => {
         concat!(
-            "uzp1 z1.s, z12.s, z12.s\n", // k = 0, 2
-            "uzp2 z2.s, z12.s, z12.s\n", // k = 1, 3
-            "uzp1 z3.s, z1.s, z1.s\n",   // 0
-            "uzp2 z4.s, z1.s, z1.s\n",   // 2
-            "uzp1 z5.s, z2.s, z2.s\n",   // 1
-            "uzp2 z6.s, z2.s, z2.s\n",   // 3
-            "fadd z28.s, z28.s, z3.s\n",
-            "fadd z28.s, z28.s, z5.s\n",
-            "fadd z28.s, z28.s, z4.s\n",
-            "fadd z28.s, z28.s, z6.s\n",
+            op_s!("uzp1", "z1", $src, $src), // k = 0, 2
+            op_s!("uzp2", "z2", $src, $src), // k = 1, 3
+            "uzp1 z3.s, z1.s, z1.s\n",       // 0
+            "uzp2 z4.s, z1.s, z1.s\n",       // 2
+            "uzp1 z5.s, z2.s, z2.s\n",       // 1
+            "uzp2 z6.s, z2.s, z2.s\n",       // 3
+            op_s!("fadd", $dst, $dst, "z3"),
+            op_s!("fadd", $dst, $dst, "z5"),
+            op_s!("fadd", $dst, $dst, "z4"),
+            op_s!("fadd", $dst, $dst, "z6"),
         )
     };
-}
-macro_rules! acc_g8 {
-    () => {
+    (8, $src:literal, $dst:literal) => {
         concat!(
-            "uzp1 z1.s, z12.s, z12.s\n", // k = 0, 2, 4, 6
-            "uzp2 z2.s, z12.s, z12.s\n", // k = 1, 3, 5, 7
-            "uzp1 z3.s, z1.s, z1.s\n",   // 0, 4
-            "uzp2 z4.s, z1.s, z1.s\n",   // 2, 6
-            "uzp1 z5.s, z2.s, z2.s\n",   // 1, 5
-            "uzp2 z6.s, z2.s, z2.s\n",   // 3, 7
-            "uzp1 z1.s, z3.s, z3.s\n",   // 0
-            "uzp2 z2.s, z3.s, z3.s\n",   // 4
-            "uzp1 z3.s, z4.s, z4.s\n",   // 2
-            "uzp2 z4.s, z4.s, z4.s\n",   // 6
-            "uzp1 z7.s, z5.s, z5.s\n",   // 1
-            "uzp2 z8.s, z5.s, z5.s\n",   // 5
-            "uzp1 z5.s, z6.s, z6.s\n",   // 3
-            "uzp2 z6.s, z6.s, z6.s\n",   // 7
-            "fadd z28.s, z28.s, z1.s\n",
-            "fadd z28.s, z28.s, z7.s\n",
-            "fadd z28.s, z28.s, z3.s\n",
-            "fadd z28.s, z28.s, z5.s\n",
-            "fadd z28.s, z28.s, z2.s\n",
-            "fadd z28.s, z28.s, z8.s\n",
-            "fadd z28.s, z28.s, z4.s\n",
-            "fadd z28.s, z28.s, z6.s\n",
+            op_s!("uzp1", "z1", $src, $src), // k = 0, 2, 4, 6
+            op_s!("uzp2", "z2", $src, $src), // k = 1, 3, 5, 7
+            "uzp1 z3.s, z1.s, z1.s\n",       // 0, 4
+            "uzp2 z4.s, z1.s, z1.s\n",       // 2, 6
+            "uzp1 z5.s, z2.s, z2.s\n",       // 1, 5
+            "uzp2 z6.s, z2.s, z2.s\n",       // 3, 7
+            "uzp1 z1.s, z3.s, z3.s\n",       // 0
+            "uzp2 z2.s, z3.s, z3.s\n",       // 4
+            "uzp1 z3.s, z4.s, z4.s\n",       // 2
+            "uzp2 z4.s, z4.s, z4.s\n",       // 6
+            "uzp1 z7.s, z5.s, z5.s\n",       // 1
+            "uzp2 z8.s, z5.s, z5.s\n",       // 5
+            "uzp1 z5.s, z6.s, z6.s\n",       // 3
+            "uzp2 z6.s, z6.s, z6.s\n",       // 7
+            op_s!("fadd", $dst, $dst, "z1"),
+            op_s!("fadd", $dst, $dst, "z7"),
+            op_s!("fadd", $dst, $dst, "z3"),
+            op_s!("fadd", $dst, $dst, "z5"),
+            op_s!("fadd", $dst, $dst, "z2"),
+            op_s!("fadd", $dst, $dst, "z8"),
+            op_s!("fadd", $dst, $dst, "z4"),
+            op_s!("fadd", $dst, $dst, "z6"),
         )
     };
 }
 
-/// Once per call: the lane indices at block 0 (z26 = k, z27 = j·nb + k, j
-/// clamped to the group's last row: `wide_group` copies them to z13/z14),
-/// nb in z15, zeroed int32 sums (never reset, as in the narrow steps), p4
-/// the stored rows. `$jshift` turns lane i into j = i / G, `$k` makes
-/// k = i % G.
+/// Once per call: the lane indices at block 0 (z26 = k, z27 = j·nb + k,
+/// `$clamp` optionally clamping j to the group's last row first: the
+/// groups copy them to z13/z14), nb in z15, and zeroed int32 sums (never
+/// reset, as in the narrow steps). `$g` blocks per row and vector.
 macro_rules! wide_setup {
-    ($jshift:expr, $k:expr) => {
+    ($g:tt, $clamp:expr) => {
         concat!(
             "ptrue p0.b\n",
-            "whilelt p4.s, xzr, {rows}\n",
             "index z26.s, #0, #1\n",
             "mov z27.d, z26.d\n",
-            $jshift,
-            $k,
-            "\n",
-            "mov z15.s, {last:w}\n",
-            "umin z27.s, p0/m, z27.s, z15.s\n",
+            lane_row!($g),
+            lane_block!($g),
+            $clamp,
             "mov z15.s, {nb:w}\n",
             "mul z27.s, p0/m, z27.s, z15.s\n",
             "add z27.s, z27.s, z26.s\n",
@@ -436,34 +490,54 @@ macro_rules! wide_group {
     };
 }
 
-/// After the sdots: the step's block sums (difference of the cumulative
-/// reductions), their terms `sumi · dw · dx` (scales gathered for the
-/// step's blocks only: p3), added per row in block order; the loop; then
-/// the store of the group's rows (p4) and the next group's row pointers.
-macro_rules! wide_finish {
-    ($acc:expr, $g:literal) => {
+/// A step's terms in `$t` (int32 sums on entry): converted, multiplied by
+/// the row's scale (at `$sw`) and the activation's, gathered for the
+/// step's blocks only (p3: blocks < nb): the scalar kernel's `sumi · dw ·
+/// dx`, no FMA.
+macro_rules! wide_terms {
+    ($t:literal, $sw:literal) => {
         concat!(
-            reduce8!(),
-            "sub z12.s, z1.s, z11.s\n",
-            "mov z11.d, z1.d\n",
-            "scvtf z12.s, p0/m, z12.s\n",
+            "scvtf ",
+            $t,
+            ".s, p0/m, ",
+            $t,
+            ".s\n",
+            "ld1w {{z24.s}}, p3/z, [{",
+            $sw,
+            "}, z14.s, uxtw #2]\n",
+            "fmul ",
+            $t,
+            ".s, ",
+            $t,
+            ".s, z24.s\n",
+            "fmul ",
+            $t,
+            ".s, ",
+            $t,
+            ".s, z25.s\n",
+        )
+    };
+}
+
+/// The step's blocks (p3) and their activation scales (z25); then, after
+/// the step, the lane indices moved on by `$g` blocks.
+macro_rules! step_blocks {
+    () => {
+        concat!(
             "cmphi p3.s, p0/z, z15.s, z13.s\n",
-            "ld1w {{z24.s}}, p3/z, [{sw}, z14.s, uxtw #2]\n",
             "ld1w {{z25.s}}, p3/z, [{sx}, z13.s, uxtw #2]\n",
-            "fmul z12.s, z12.s, z24.s\n",
-            "fmul z12.s, z12.s, z25.s\n",
-            $acc,
-            "add z13.s, z13.s, #",
-            $g,
-            "\n",
-            "add z14.s, z14.s, #",
-            $g,
-            "\n",
-            "incb {off}\n",
-            "cmp {off}, {nbytes}\n",
-            "b.lo 2b\n",
-            "st1w {{z28.s}}, p4, [{y}]\n",
-            "add {y}, {y}, #32\n",
+        )
+    };
+    ($g:tt) => {
+        concat!("add z13.s, z13.s, #", $g, "\n", "add z14.s, z14.s, #", $g, "\n")
+    };
+}
+
+/// After a group: the eight row pointers and the scales moved on to the
+/// next group, and the loop over groups.
+macro_rules! next_group {
+    ($($more:literal)?) => {
+        concat!(
             "add {w0}, {w0}, {adv}\n",
             "add {w1}, {w1}, {adv}\n",
             "add {w2}, {w2}, {adv}\n",
@@ -473,152 +547,72 @@ macro_rules! wide_finish {
             "add {w6}, {w6}, {adv}\n",
             "add {w7}, {w7}, {adv}\n",
             "add {sw}, {sw}, {swadv}\n",
+            $($more,)?
             "subs {groups}, {groups}, #1\n",
             "b.ne 3b\n",
         )
     };
 }
 
-macro_rules! wide_asm {
-    (q8, $m:ident, $jshift:expr, $k:expr, $acc:expr, $g:literal) => {
-        // SAFETY: per group, reads 32·nb bytes at x and at each w[j]
-        // (predicated: nothing past them), and only the scales of blocks
-        // < nb (p3) of the group's rows; writes `rows` floats at y and only
-        // the declared registers. `Matvec::wide` made every pointer from
-        // the operands `check_matvec` accepted.
-        asm!(
-            wide_setup!($jshift, $k),
-            wide_group!(),
-            "2:",
-            "whilelt p1.b, {off}, {nbytes}",
-            "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
-            "ld1b {{z1.b}}, p1/z, [{w0}, {off}]",
-            "ld1b {{z2.b}}, p1/z, [{w1}, {off}]",
-            "ld1b {{z3.b}}, p1/z, [{w2}, {off}]",
-            "ld1b {{z4.b}}, p1/z, [{w3}, {off}]",
-            "ld1b {{z5.b}}, p1/z, [{w4}, {off}]",
-            "ld1b {{z6.b}}, p1/z, [{w5}, {off}]",
-            "ld1b {{z7.b}}, p1/z, [{w6}, {off}]",
-            "ld1b {{z8.b}}, p1/z, [{w7}, {off}]",
-            "sdot z16.s, z1.b, z0.b",
-            "sdot z17.s, z2.b, z0.b",
-            "sdot z18.s, z3.b, z0.b",
-            "sdot z19.s, z4.b, z0.b",
-            "sdot z20.s, z5.b, z0.b",
-            "sdot z21.s, z6.b, z0.b",
-            "sdot z22.s, z7.b, z0.b",
-            "sdot z23.s, z8.b, z0.b",
-            wide_finish!($acc, $g),
-            x = in(reg) $m.x,
-            w0 = inout(reg) $m.w[0] => _,
-            w1 = inout(reg) $m.w[1] => _,
-            w2 = inout(reg) $m.w[2] => _,
-            w3 = inout(reg) $m.w[3] => _,
-            w4 = inout(reg) $m.w[4] => _,
-            w5 = inout(reg) $m.w[5] => _,
-            w6 = inout(reg) $m.w[6] => _,
-            w7 = inout(reg) $m.w[7] => _,
-            sx = in(reg) $m.sx,
-            sw = inout(reg) $m.sw => _,
-            y = inout(reg) $m.y => _,
-            groups = inout(reg) $m.groups => _,
-            adv = in(reg) $m.adv,
-            swadv = in(reg) $m.swadv,
-            rows = in(reg) $m.rows,
-            last = in(reg) $m.rows - 1,
-            nb = in(reg) $m.nb,
-            nbytes = in(reg) $m.nb * QK,
-            off = out(reg) _,
-            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v5") _, out("v6") _, out("v7") _, out("v8") _,
-            out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
-            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-            out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
-            out("p0") _, out("p1") _, out("p3") _, out("p4") _,
-            options(nostack)
+/// After the sdots: the step's block sums (difference of the cumulative
+/// reductions), their terms, added per row in block order; the loop; then
+/// the store of the group's rows (p4) and the next group.
+macro_rules! wide_finish {
+    ($g:tt) => {
+        concat!(
+            reduce8!(),
+            "sub z12.s, z1.s, z11.s\n",
+            "mov z11.d, z1.d\n",
+            step_blocks!(),
+            wide_terms!("z12", "sw"),
+            acc_blocks!($g, "z12", "z28"),
+            step_blocks!($g),
+            "incb {off}\n",
+            "cmp {off}, {nbytes}\n",
+            "b.lo 2b\n",
+            "st1w {{z28.s}}, p4, [{y}]\n",
+            "add {y}, {y}, #32\n",
+            next_group!(),
         )
     };
-    (q4, $m:ident, $jshift:expr, $k:expr, $acc:expr, $g:literal) => {
-        // SAFETY: per group, reads 32·nb bytes at x and 16·nb at each
-        // w[j] (predicated: nothing past them), and only the scales of
-        // blocks < nb (p3) of the group's rows; writes `rows` floats at y
-        // and only the declared registers. `Matvec::wide` made every pointer from
-        // the operands `check_matvec` accepted.
-        asm!(
-            wide_setup!($jshift, $k),
-            // z9: the activation permutation pairing byte 2i of a block
-            // with element i and byte 2i + 1 with element 16 + i, i.e.
-            // (l & ~31) + (l & 31) / 2 + 16·(l & 1) for lane l; z10: the
-            // shift (0 or 4) that brings lane l's nibble down.
-            "index z9.b, #0, #1",
-            "mov z10.d, z9.d",
-            "and z10.b, z10.b, #1",
-            "lsl z10.b, z10.b, #2",
-            "mov z24.d, z9.d",
-            "and z24.b, z24.b, #0xe0",
-            "and z9.b, z9.b, #0x1e",
-            "lsr z9.b, z9.b, #1",
-            "add z9.b, z9.b, z24.b",
-            "mov z24.d, z10.d",
-            "lsl z24.b, z24.b, #2",
-            "add z9.b, z9.b, z24.b",
-            wide_group!(),
-            "mov {offq}, #0",
-            "2:",
-            "whilelt p1.b, {off}, {nbytes}",
-            "whilelt p2.h, {offq}, {qbytes}",
-            "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
-            "tbl z0.b, {{z0.b}}, z9.b",
-            q4_row!("z1", "w0"),
-            q4_row!("z2", "w1"),
-            q4_row!("z3", "w2"),
-            q4_row!("z4", "w3"),
-            q4_row!("z5", "w4"),
-            q4_row!("z6", "w5"),
-            q4_row!("z7", "w6"),
-            q4_row!("z8", "w7"),
-            "sdot z16.s, z1.b, z0.b",
-            "sdot z17.s, z2.b, z0.b",
-            "sdot z18.s, z3.b, z0.b",
-            "sdot z19.s, z4.b, z0.b",
-            "sdot z20.s, z5.b, z0.b",
-            "sdot z21.s, z6.b, z0.b",
-            "sdot z22.s, z7.b, z0.b",
-            "sdot z23.s, z8.b, z0.b",
-            "inch {offq}",
-            wide_finish!($acc, $g),
-            x = in(reg) $m.x,
-            w0 = inout(reg) $m.w[0] => _,
-            w1 = inout(reg) $m.w[1] => _,
-            w2 = inout(reg) $m.w[2] => _,
-            w3 = inout(reg) $m.w[3] => _,
-            w4 = inout(reg) $m.w[4] => _,
-            w5 = inout(reg) $m.w[5] => _,
-            w6 = inout(reg) $m.w[6] => _,
-            w7 = inout(reg) $m.w[7] => _,
-            sx = in(reg) $m.sx,
-            sw = inout(reg) $m.sw => _,
-            y = inout(reg) $m.y => _,
-            groups = inout(reg) $m.groups => _,
-            adv = in(reg) $m.adv,
-            swadv = in(reg) $m.swadv,
-            rows = in(reg) $m.rows,
-            last = in(reg) $m.rows - 1,
-            nb = in(reg) $m.nb,
-            nbytes = in(reg) $m.nb * QK,
-            qbytes = in(reg) $m.nb * Q4_BLOCK_BYTES,
-            off = out(reg) _,
-            offq = out(reg) _,
-            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _, out("v10") _,
-            out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
-            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-            out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
-            out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _,
-            options(nostack)
+}
+
+/// The eight rows' sdots against the activation in z0.
+macro_rules! sdot8 {
+    () => {
+        concat!(
+            "sdot z16.s, z1.b, z0.b\n",
+            "sdot z17.s, z2.b, z0.b\n",
+            "sdot z18.s, z3.b, z0.b\n",
+            "sdot z19.s, z4.b, z0.b\n",
+            "sdot z20.s, z5.b, z0.b\n",
+            "sdot z21.s, z6.b, z0.b\n",
+            "sdot z22.s, z7.b, z0.b\n",
+            "sdot z23.s, z8.b, z0.b\n",
         )
+    };
+}
+
+/// `$row!(z, w)` for the eight rows: weights of row w_j into z_{j+1}.
+macro_rules! rows8 {
+    ($row:ident) => {
+        concat!(
+            $row!("z1", "w0"),
+            $row!("z2", "w1"),
+            $row!("z3", "w2"),
+            $row!("z4", "w3"),
+            $row!("z5", "w4"),
+            $row!("z6", "w5"),
+            $row!("z7", "w6"),
+            $row!("z8", "w7"),
+        )
+    };
+}
+
+/// One Q8 row of a wide step: its 32·G bytes.
+macro_rules! q8_row {
+    ($z:literal, $w:literal) => {
+        concat!("ld1b {{", $z, ".b}}, p1/z, [{", $w, "}, {off}]\n")
     };
 }
 
@@ -656,6 +650,119 @@ macro_rules! q4_row {
             ".b, ",
             $z,
             ".b, #8\n",
+        )
+    };
+}
+
+/// One asm call of eight-row groups with the operands and clobbers every
+/// wide step shares, `$extra` the step's own (each declared once).
+///
+/// Every caller's contract (its SAFETY comment says which): per group it
+/// reads the activation's nb blocks at x and each w[j]'s nb blocks, and the
+/// scales of blocks < nb only (p3) of the group's rows; it writes the
+/// group's rows at y and only the declared registers. `Matvec::wide` made
+/// every pointer from the operands `check_matvec` accepted.
+macro_rules! wide_call {
+    ($m:ident, [$($template:expr),+ $(,)?], $($extra:tt)*) => {
+        // SAFETY: the caller's contract above (loads are predicated: nothing
+        // past nb blocks is read); the function's feature is SVE.
+        unsafe {
+            asm!(
+                $($template,)+
+                x = in(reg) $m.x,
+                w0 = inout(reg) $m.w[0] => _,
+                w1 = inout(reg) $m.w[1] => _,
+                w2 = inout(reg) $m.w[2] => _,
+                w3 = inout(reg) $m.w[3] => _,
+                w4 = inout(reg) $m.w[4] => _,
+                w5 = inout(reg) $m.w[5] => _,
+                w6 = inout(reg) $m.w[6] => _,
+                w7 = inout(reg) $m.w[7] => _,
+                sx = in(reg) $m.sx,
+                sw = inout(reg) $m.sw => _,
+                y = inout(reg) $m.y => _,
+                groups = inout(reg) $m.groups => _,
+                adv = in(reg) $m.adv,
+                swadv = in(reg) $m.swadv,
+                nb = in(reg) $m.nb,
+                nbytes = in(reg) $m.nb * QK,
+                off = out(reg) _,
+                out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+                out("v5") _, out("v6") _, out("v7") _, out("v8") _,
+                out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+                out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+                out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
+                out("p0") _, out("p1") _, out("p3") _, out("p4") _,
+                $($extra)*
+                options(nostack)
+            )
+        }
+    };
+}
+
+/// The wide step of `$g` blocks per row and vector, for a group of `rows`
+/// rows (the spare slots repeat the last; only `rows` are stored).
+macro_rules! wide_asm {
+    (q8, $m:ident, $g:tt) => {
+        // Per group: 32·nb bytes at x and at each w[j].
+        wide_call!(
+            $m,
+            [
+                wide_setup!($g, concat!("mov z15.s, {last:w}\n", "umin z27.s, p0/m, z27.s, z15.s\n")),
+                "whilelt p4.s, xzr, {rows}",
+                wide_group!(),
+                "2:",
+                "whilelt p1.b, {off}, {nbytes}",
+                "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
+                rows8!(q8_row),
+                sdot8!(),
+                wide_finish!($g),
+            ],
+            rows = in(reg) $m.rows,
+            last = in(reg) $m.rows - 1,
+        )
+    };
+    (q4, $m:ident, $g:tt) => {
+        // Per group: 32·nb bytes at x and 16·nb at each w[j].
+        wide_call!(
+            $m,
+            [
+                wide_setup!($g, concat!("mov z15.s, {last:w}\n", "umin z27.s, p0/m, z27.s, z15.s\n")),
+                "whilelt p4.s, xzr, {rows}",
+                // z9: the activation permutation pairing byte 2i of a block
+                // with element i and byte 2i + 1 with element 16 + i, i.e.
+                // (l & ~31) + (l & 31) / 2 + 16·(l & 1) for lane l; z10: the
+                // shift (0 or 4) that brings lane l's nibble down.
+                "index z9.b, #0, #1",
+                "mov z10.d, z9.d",
+                "and z10.b, z10.b, #1",
+                "lsl z10.b, z10.b, #2",
+                "mov z24.d, z9.d",
+                "and z24.b, z24.b, #0xe0",
+                "and z9.b, z9.b, #0x1e",
+                "lsr z9.b, z9.b, #1",
+                "add z9.b, z9.b, z24.b",
+                "mov z24.d, z10.d",
+                "lsl z24.b, z24.b, #2",
+                "add z9.b, z9.b, z24.b",
+                wide_group!(),
+                "mov {offq}, #0",
+                "2:",
+                "whilelt p1.b, {off}, {nbytes}",
+                "whilelt p2.h, {offq}, {qbytes}",
+                "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
+                "tbl z0.b, {{z0.b}}, z9.b",
+                rows8!(q4_row),
+                sdot8!(),
+                "inch {offq}",
+                wide_finish!($g),
+            ],
+            rows = in(reg) $m.rows,
+            last = in(reg) $m.rows - 1,
+            qbytes = in(reg) $m.nb * Q4_BLOCK_BYTES,
+            offq = out(reg) _,
+            out("v9") _, out("v10") _, out("p2") _,
         )
     };
 }
@@ -718,202 +825,82 @@ macro_rules! q4_pair_row {
     };
 }
 
-// The float sums of a pair step, as acc_g1/acc_g2 for 2G = 2 and 4 blocks
-// per row and four rows per vector: z28 += z12's, z10 += z30's.
-macro_rules! acc_pair_g1 {
-    () => {
-        concat!(
-            "uzp1 z1.s, z12.s, z12.s\n",
-            "uzp2 z2.s, z12.s, z12.s\n",
-            "fadd z28.s, z28.s, z1.s\n",
-            "fadd z28.s, z28.s, z2.s\n",
-            "uzp1 z1.s, z30.s, z30.s\n",
-            "uzp2 z2.s, z30.s, z30.s\n",
-            "fadd z10.s, z10.s, z1.s\n",
-            "fadd z10.s, z10.s, z2.s\n",
-        )
-    };
-}
-macro_rules! acc_pair_g2 {
-    () => {
-        concat!(
-            "uzp1 z1.s, z12.s, z12.s\n", // k = 0, 2
-            "uzp2 z2.s, z12.s, z12.s\n", // k = 1, 3
-            "uzp1 z3.s, z1.s, z1.s\n",
-            "uzp2 z4.s, z1.s, z1.s\n",
-            "uzp1 z5.s, z2.s, z2.s\n",
-            "uzp2 z6.s, z2.s, z2.s\n",
-            "fadd z28.s, z28.s, z3.s\n",
-            "fadd z28.s, z28.s, z5.s\n",
-            "fadd z28.s, z28.s, z4.s\n",
-            "fadd z28.s, z28.s, z6.s\n",
-            "uzp1 z1.s, z30.s, z30.s\n",
-            "uzp2 z2.s, z30.s, z30.s\n",
-            "uzp1 z3.s, z1.s, z1.s\n",
-            "uzp2 z4.s, z1.s, z1.s\n",
-            "uzp1 z5.s, z2.s, z2.s\n",
-            "uzp2 z6.s, z2.s, z2.s\n",
-            "fadd z10.s, z10.s, z3.s\n",
-            "fadd z10.s, z10.s, z5.s\n",
-            "fadd z10.s, z10.s, z4.s\n",
-            "fadd z10.s, z10.s, z6.s\n",
-        )
-    };
-}
-
+/// The pair step of `$g` = 2G blocks per row and vector (2 or 4).
 macro_rules! q4_pair_asm {
-    ($m:ident, $jshift:literal, $kmask:literal, $acc:expr, $b:literal) => {
-        // SAFETY: per group (eight whole rows), reads 32·nb bytes at x and
-        // 16·nb at each w[j] (predicated: nothing past them), and only the
-        // scales of blocks < nb (p3) of the group's rows (sw, and sw4 four
-        // rows on); writes eight floats at y and only the declared
-        // registers. `Matvec::wide` made every pointer from the
-        // operands `check_matvec` accepted.
-        asm!(
-            "ptrue p0.b",
-            "index z26.s, #0, #1",
-            "mov z27.d, z26.d",
-            $jshift,
-            $kmask,
-            "mov z15.s, {nb:w}",
-            "mul z27.s, p0/m, z27.s, z15.s",
-            "add z27.s, z27.s, z26.s",
-            "mov z16.s, #0",
-            "mov z17.s, #0",
-            "mov z18.s, #0",
-            "mov z19.s, #0",
-            "mov z20.s, #0",
-            "mov z21.s, #0",
-            "mov z22.s, #0",
-            "mov z23.s, #0",
-            "mov z11.s, #0",
-            "mov z29.s, #0",
-            "cnth {off}",
-            "whilelt p4.b, xzr, {off}",
-            "index z1.d, #0, #1",
-            "and z1.d, z1.d, #2",
-            "cmpeq p6.d, p0/z, z1.d, #0",
-            "cmpne p7.d, p0/z, z1.d, #0",
-            "3:",
-            "mov z13.d, z26.d",
-            "mov z14.d, z27.d",
-            "mov z28.s, #0",
-            "mov z10.s, #0",
-            "mov {off}, #0",
-            "cntb {off2}",
-            "mov {offq}, #0",
-            "2:",
-            "whilelt p1.b, {off}, {nbytes}",
-            "whilelt p5.b, {off2}, {nbytes}",
-            "whilelt p2.b, {offq}, {qbytes}",
-            "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
-            "ld1b {{z9.b}}, p5/z, [{x}, {off2}]",
-            "compact z1.d, p6, z0.d",
-            "compact z2.d, p7, z0.d",
-            "compact z3.d, p6, z9.d",
-            "compact z4.d, p7, z9.d",
-            "splice z1.b, p4, z1.b, z3.b",
-            "splice z2.b, p4, z2.b, z4.b",
-            q4_pair_row!("z3", "z4", "w0", "z16"),
-            q4_pair_row!("z5", "z6", "w1", "z17"),
-            q4_pair_row!("z7", "z8", "w2", "z18"),
-            q4_pair_row!("z0", "z9", "w3", "z19"),
-            q4_pair_row!("z3", "z4", "w4", "z20"),
-            q4_pair_row!("z5", "z6", "w5", "z21"),
-            q4_pair_row!("z7", "z8", "w6", "z22"),
-            q4_pair_row!("z0", "z9", "w7", "z23"),
-            // Two uzp rounds (a block is four lanes): rows 0–3 in z2,
-            // rows 4–7 in z6.
-            "uzp1 z1.s, z16.s, z17.s",
-            "uzp2 z2.s, z16.s, z17.s",
-            "add z1.s, z1.s, z2.s",
-            "uzp1 z3.s, z18.s, z19.s",
-            "uzp2 z4.s, z18.s, z19.s",
-            "add z3.s, z3.s, z4.s",
-            "uzp1 z5.s, z20.s, z21.s",
-            "uzp2 z6.s, z20.s, z21.s",
-            "add z5.s, z5.s, z6.s",
-            "uzp1 z7.s, z22.s, z23.s",
-            "uzp2 z8.s, z22.s, z23.s",
-            "add z7.s, z7.s, z8.s",
-            "uzp1 z2.s, z1.s, z3.s",
-            "uzp2 z4.s, z1.s, z3.s",
-            "add z2.s, z2.s, z4.s",
-            "uzp1 z6.s, z5.s, z7.s",
-            "uzp2 z8.s, z5.s, z7.s",
-            "add z6.s, z6.s, z8.s",
-            "sub z12.s, z2.s, z11.s",
-            "mov z11.d, z2.d",
-            "sub z30.s, z6.s, z29.s",
-            "mov z29.d, z6.d",
-            "scvtf z12.s, p0/m, z12.s",
-            "scvtf z30.s, p0/m, z30.s",
-            "cmphi p3.s, p0/z, z15.s, z13.s",
-            "ld1w {{z24.s}}, p3/z, [{sw}, z14.s, uxtw #2]",
-            "ld1w {{z25.s}}, p3/z, [{sx}, z13.s, uxtw #2]",
-            "fmul z12.s, z12.s, z24.s",
-            "fmul z12.s, z12.s, z25.s",
-            "ld1w {{z24.s}}, p3/z, [{sw4}, z14.s, uxtw #2]",
-            "fmul z30.s, z30.s, z24.s",
-            "fmul z30.s, z30.s, z25.s",
-            $acc,
-            concat!("add z13.s, z13.s, #", $b),
-            concat!("add z14.s, z14.s, #", $b),
-            "incb {off}, all, mul #2",
-            "incb {off2}, all, mul #2",
-            "incb {offq}",
-            "cmp {off}, {nbytes}",
-            "b.lo 2b",
-            // Rows 0–3 then 4–7 into lanes 0–7, stored.
-            "ptrue p1.s, vl4",
-            "splice z28.s, p1, z28.s, z10.s",
-            "ptrue p1.s, vl8",
-            "st1w {{z28.s}}, p1, [{y}]",
-            "add {y}, {y}, #32",
-            "add {w0}, {w0}, {adv}",
-            "add {w1}, {w1}, {adv}",
-            "add {w2}, {w2}, {adv}",
-            "add {w3}, {w3}, {adv}",
-            "add {w4}, {w4}, {adv}",
-            "add {w5}, {w5}, {adv}",
-            "add {w6}, {w6}, {adv}",
-            "add {w7}, {w7}, {adv}",
-            "add {sw}, {sw}, {swadv}",
-            "add {sw4}, {sw4}, {swadv}",
-            "subs {groups}, {groups}, #1",
-            "b.ne 3b",
-            x = in(reg) $m.x,
-            w0 = inout(reg) $m.w[0] => _,
-            w1 = inout(reg) $m.w[1] => _,
-            w2 = inout(reg) $m.w[2] => _,
-            w3 = inout(reg) $m.w[3] => _,
-            w4 = inout(reg) $m.w[4] => _,
-            w5 = inout(reg) $m.w[5] => _,
-            w6 = inout(reg) $m.w[6] => _,
-            w7 = inout(reg) $m.w[7] => _,
-            sx = in(reg) $m.sx,
-            sw = inout(reg) $m.sw => _,
+    ($m:ident, $g:tt) => {
+        // Per group (eight whole rows): 32·nb bytes at x and 16·nb at each
+        // w[j]; the scales of rows 4–7 at sw4, four rows on from sw.
+        wide_call!(
+            $m,
+            [
+                wide_setup!($g, ""),
+                "mov z29.s, #0",
+                "cnth {off}",
+                "whilelt p4.b, xzr, {off}",
+                "index z1.d, #0, #1",
+                "and z1.d, z1.d, #2",
+                "cmpeq p6.d, p0/z, z1.d, #0",
+                "cmpne p7.d, p0/z, z1.d, #0",
+                "3:",
+                "mov z13.d, z26.d",
+                "mov z14.d, z27.d",
+                "mov z28.s, #0",
+                "mov z10.s, #0",
+                "mov {off}, #0",
+                "cntb {off2}",
+                "mov {offq}, #0",
+                "2:",
+                "whilelt p1.b, {off}, {nbytes}",
+                "whilelt p5.b, {off2}, {nbytes}",
+                "whilelt p2.b, {offq}, {qbytes}",
+                "ld1b {{z0.b}}, p1/z, [{x}, {off}]",
+                "ld1b {{z9.b}}, p5/z, [{x}, {off2}]",
+                "compact z1.d, p6, z0.d",
+                "compact z2.d, p7, z0.d",
+                "compact z3.d, p6, z9.d",
+                "compact z4.d, p7, z9.d",
+                "splice z1.b, p4, z1.b, z3.b",
+                "splice z2.b, p4, z2.b, z4.b",
+                q4_pair_row!("z3", "z4", "w0", "z16"),
+                q4_pair_row!("z5", "z6", "w1", "z17"),
+                q4_pair_row!("z7", "z8", "w2", "z18"),
+                q4_pair_row!("z0", "z9", "w3", "z19"),
+                q4_pair_row!("z3", "z4", "w4", "z20"),
+                q4_pair_row!("z5", "z6", "w5", "z21"),
+                q4_pair_row!("z7", "z8", "w6", "z22"),
+                q4_pair_row!("z0", "z9", "w7", "z23"),
+                // Two uzp rounds (a block is four lanes): rows 0–3 in z2,
+                // rows 4–7 in z6.
+                reduce8_two_rounds!(),
+                "sub z12.s, z2.s, z11.s",
+                "mov z11.d, z2.d",
+                "sub z30.s, z6.s, z29.s",
+                "mov z29.d, z6.d",
+                step_blocks!(),
+                wide_terms!("z12", "sw"),
+                wide_terms!("z30", "sw4"),
+                acc_blocks!($g, "z12", "z28"),
+                acc_blocks!($g, "z30", "z10"),
+                step_blocks!($g),
+                "incb {off}, all, mul #2",
+                "incb {off2}, all, mul #2",
+                "incb {offq}",
+                "cmp {off}, {nbytes}",
+                "b.lo 2b",
+                // Rows 0–3 then 4–7 into lanes 0–7, stored.
+                "ptrue p1.s, vl4",
+                "splice z28.s, p1, z28.s, z10.s",
+                "ptrue p1.s, vl8",
+                "st1w {{z28.s}}, p1, [{y}]",
+                "add {y}, {y}, #32",
+                next_group!("add {sw4}, {sw4}, {swadv}\n"),
+            ],
             sw4 = inout(reg) $m.sw.wrapping_add(4 * $m.nb) => _,
-            y = inout(reg) $m.y => _,
-            groups = inout(reg) $m.groups => _,
-            adv = in(reg) $m.adv,
-            swadv = in(reg) $m.swadv,
-            nb = in(reg) $m.nb,
-            nbytes = in(reg) $m.nb * QK,
             qbytes = in(reg) $m.nb * Q4_BLOCK_BYTES,
-            off = out(reg) _,
             off2 = out(reg) _,
             offq = out(reg) _,
-            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _, out("v10") _,
-            out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _,
-            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-            out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
-            out("v29") _, out("v30") _,
-            out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _,
-            out("p5") _, out("p6") _, out("p7") _,
-            options(nostack)
+            out("v9") _, out("v10") _, out("v29") _, out("v30") _,
+            out("p2") _, out("p5") _, out("p6") _, out("p7") _,
         )
     };
 }
@@ -923,7 +910,8 @@ macro_rules! q4_pair_asm {
 /// more (512 or more for Q8_0), else the narrow one (four rows, one block
 /// per step, 128-bit).
 ///
-/// Safety: SVE; `check_matvec` has accepted these arguments.
+/// # Safety
+/// SVE; `check_matvec` has accepted these arguments.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "sve")]
 unsafe fn matvec<const Q4: bool>(
@@ -938,7 +926,8 @@ unsafe fn matvec<const Q4: bool>(
 ) {
     if nb == 0 {
         for i in 0..r1 - r0 {
-            *y.add(i) = 0.0;
+            // SAFETY: y holds r1 − r0 floats (check_matvec).
+            unsafe { *y.add(i) = 0.0 };
         }
         return;
     }
@@ -953,15 +942,19 @@ unsafe fn matvec<const Q4: bool>(
         r0,
         r1,
     };
-    match vector_bytes() {
-        // Q8_0 at VL 256: the narrow steps take fewer instructions (per row
-        // and block about 6, the wide ones about 7: three uzp rounds cost
-        // more than three addp), so the wide Q8_0 steps start at 512.
-        32 if Q4 => m.wide::<Q4, 1>(),
-        64 => m.wide::<Q4, 2>(),
-        128 => m.wide::<Q4, 4>(),
-        256 => m.wide::<Q4, 8>(),
-        _ => m.narrow::<Q4>(),
+    // SAFETY: the operands passed check_matvec and nb ≥ 1; each step runs
+    // only at the vector length it is written for.
+    unsafe {
+        match vector_bytes() {
+            // Q8_0 at VL 256: the narrow steps take fewer instructions (per row
+            // and block about 6, the wide ones about 7: three uzp rounds cost
+            // more than three addp), so the wide Q8_0 steps start at 512.
+            32 if Q4 => m.wide::<Q4, 1>(),
+            64 => m.wide::<Q4, 2>(),
+            128 => m.wide::<Q4, 4>(),
+            256 => m.wide::<Q4, 8>(),
+            _ => m.narrow::<Q4>(),
+        }
     }
 }
 
@@ -1006,7 +999,8 @@ impl Matvec {
     /// whole vector at VL = 128; at other lengths the low 128 bits, which
     /// NEON's loads zero above).
     ///
-    /// Safety: SVE; the operands passed `check_matvec`, nb ≥ 1.
+    /// # Safety
+    /// SVE; the operands passed `check_matvec`, nb ≥ 1.
     #[target_feature(enable = "sve")]
     unsafe fn narrow<const Q4: bool>(&self) {
         let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
@@ -1017,23 +1011,29 @@ impl Matvec {
         self.groups(4, |r, rows, groups| {
             // Row j's scales are offs[j] floats from row r's.
             let offs: [u32; 4] = std::array::from_fn(|j| (j.min(rows - 1) * self.nb) as u32);
-            let offs = std::arch::aarch64::vld1q_u32(offs.as_ptr());
+            // SAFETY: offs holds four u32.
+            let offs = unsafe { std::arch::aarch64::vld1q_u32(offs.as_ptr()) };
             let w: [*const u8; 4] = std::array::from_fn(|j| self.row(r, rows, j));
-            let (sw, y) = (self.wd.add(r * self.nb), self.y.add(r - self.r0));
+            // SAFETY: rows r.. lie in [r0, r1), whose scales and outputs
+            // check_matvec bounded.
+            let (sw, y) = unsafe { (self.wd.add(r * self.nb), self.y.add(r - self.r0)) };
             if Q4 {
                 // SAFETY: per group, reads nb blocks of 16 bytes from each
                 // w_j, nb blocks of 32 bytes at x, nb scales at sx and at
                 // sw + offs[j] (rows the caller's range holds); writes `rows`
-                // floats at y, and only the declared registers.
-                narrow_asm!(
-                    q4_block,
-                    concat!("movi v27.16b, #0x0f\n", "movi v24.16b, #0xf8\n", "movi v23.2d, #0\n"),
-                    self, w, sw, y, rows, groups, adv, swadv, offs,
-                    out("v23") _, out("v24") _, out("v27") _,
-                );
+                // floats at y, and only the declared registers; the
+                // function's feature is SVE.
+                unsafe {
+                    narrow_asm!(
+                        q4_block,
+                        concat!("movi v27.16b, #0x0f\n", "movi v24.16b, #0xf8\n", "movi v23.2d, #0\n"),
+                        self, w, sw, y, rows, groups, adv, swadv, offs,
+                        out("v23") _, out("v24") _, out("v27") _,
+                    )
+                };
             } else {
                 // SAFETY: as above, with 32-byte weight blocks.
-                narrow_asm!(q8_block, "", self, w, sw, y, rows, groups, adv, swadv, offs,);
+                unsafe { narrow_asm!(q8_block, "", self, w, sw, y, rows, groups, adv, swadv, offs,) };
             }
         });
     }
@@ -1041,8 +1041,9 @@ impl Matvec {
     /// Eight rows at a time, G = VL/256 blocks per step (VL a power of two,
     /// 256 bits or more, so eight rows' G blocks fill one vector of int32).
     ///
-    /// Safety: SVE with VL = 256·G bits; the operands passed
-    /// `check_matvec`, nb ≥ 1.
+    /// # Safety
+    /// SVE with VL = 256·G bits; the operands passed `check_matvec`,
+    /// nb ≥ 1.
     #[target_feature(enable = "sve")]
     unsafe fn wide<const Q4: bool, const G: usize>(&self) {
         self.groups(8, |r, rows, groups| {
@@ -1053,8 +1054,11 @@ impl Matvec {
                 x: self.xq,
                 w: std::array::from_fn(|j| self.row(r, rows, j)),
                 sx: self.xd,
-                sw: self.wd.add(r * self.nb),
-                y: self.y.add(r - self.r0),
+                // SAFETY: rows r.. lie in [r0, r1), whose scales and
+                // outputs check_matvec bounded.
+                sw: unsafe { self.wd.add(r * self.nb) },
+                // SAFETY: as above.
+                y: unsafe { self.y.add(r - self.r0) },
                 groups,
                 adv: 8 * self.stride,
                 swadv: 8 * self.nb * 4,
@@ -1062,20 +1066,16 @@ impl Matvec {
                 nb: self.nb,
             };
             match (Q4, G) {
-                (true, 1) if pair => {
-                    q4_pair_asm!(m, "lsr z27.s, z27.s, #1", "and z26.s, z26.s, #1", acc_pair_g1!(), "2")
-                }
-                (true, 2) if pair => {
-                    q4_pair_asm!(m, "lsr z27.s, z27.s, #2", "and z26.s, z26.s, #3", acc_pair_g2!(), "4")
-                }
+                (true, 1) if pair => q4_pair_asm!(m, 2),
+                (true, 2) if pair => q4_pair_asm!(m, 4),
                 (false, 1) => unreachable!("Q8_0 at VL 256 takes the narrow steps"),
-                (false, 2) => wide_asm!(q8, m, "lsr z27.s, z27.s, #1\n", "and z26.s, z26.s, #1", acc_g2!(), "2"),
-                (false, 4) => wide_asm!(q8, m, "lsr z27.s, z27.s, #2\n", "and z26.s, z26.s, #3", acc_g4!(), "4"),
-                (false, _) => wide_asm!(q8, m, "lsr z27.s, z27.s, #3\n", "and z26.s, z26.s, #7", acc_g8!(), "8"),
-                (true, 1) => wide_asm!(q4, m, "", "mov z26.s, #0", acc_g1!(), "1"),
-                (true, 2) => wide_asm!(q4, m, "lsr z27.s, z27.s, #1\n", "and z26.s, z26.s, #1", acc_g2!(), "2"),
-                (true, 4) => wide_asm!(q4, m, "lsr z27.s, z27.s, #2\n", "and z26.s, z26.s, #3", acc_g4!(), "4"),
-                (true, _) => wide_asm!(q4, m, "lsr z27.s, z27.s, #3\n", "and z26.s, z26.s, #7", acc_g8!(), "8"),
+                (false, 2) => wide_asm!(q8, m, 2),
+                (false, 4) => wide_asm!(q8, m, 4),
+                (false, _) => wide_asm!(q8, m, 8),
+                (true, 1) => wide_asm!(q4, m, 1),
+                (true, 2) => wide_asm!(q4, m, 2),
+                (true, 4) => wide_asm!(q4, m, 4),
+                (true, _) => wide_asm!(q4, m, 8),
             }
         });
     }
