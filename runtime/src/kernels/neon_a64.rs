@@ -4,7 +4,7 @@
 //! them, Cortex-A53 up. Implements all twelve kernels with 128-bit vectors and
 //! the stable `core::arch::aarch64` intrinsics.
 //!
-//! Integer dot (spec §5): vmull_s8 widens eight int8 products to int16,
+//! Integer dot (DESIGN.md §5): vmull_s8 widens eight int8 products to int16,
 //! vmlal_s8 adds a second product into each lane, vpadalq_s16 folds the
 //! int16 pairs into int32 lanes. Two products per int16 lane are at most
 //! 2·127² = 32258, below i16::MAX, because quants are clamped to ±127 (the
@@ -15,7 +15,7 @@
 //! kernel's order, with no FMA, so its results are bit-identical to the
 //! reference (AArch64 SIMD float arithmetic is IEEE, subnormals included).
 //! exp (polynomial, FMA) and the reordered sums (dot_f32, rmsnorm, softmax)
-//! differ within spec §7.
+//! differ within DESIGN.md §7.
 //!
 //! Every intrinsic lives in a `#[target_feature(enable = "neon")]` function
 //! (NEON is the aarch64 targets' baseline, so this only meets the
@@ -139,7 +139,7 @@ fn exp_ps(x: float32x4_t) -> float32x4_t {
 use super::exp_poly::{EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO};
 
 /// e^x of each element, in place: the polynomial the float kernels use,
-/// exposed so the tests can hold it to spec §5's 1e-6.
+/// exposed so the tests can hold it to DESIGN.md §5's 1e-6.
 #[doc(hidden)]
 pub fn exp_in_place(v: &mut [f32]) {
     for c in v.chunks_mut(4) {

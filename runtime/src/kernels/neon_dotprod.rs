@@ -2,7 +2,7 @@
 //! A75, A76, Neoverse N1 and later. Implements the two matvecs; everything
 //! else is the NEON tier's, since dotprod only adds integer dot products.
 //!
-//! Integer dot (spec §5): `sdot v.4s, w.16b, x.16b` multiplies four int8
+//! Integer dot (DESIGN.md §5): `sdot v.4s, w.16b, x.16b` multiplies four int8
 //! pairs and adds them into each int32 lane in one instruction, replacing
 //! NEON's vmull/vmlal/vpadal sequence. Its intrinsic (vdotq_s32) is not
 //! stable, so it is issued with `asm!` from functions compiled with

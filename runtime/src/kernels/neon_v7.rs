@@ -8,7 +8,7 @@
 //! the q-register code below: "instruction requires: NEON"). Because LLVM
 //! may then use NEON anywhere in the crate, `main` included, the guard on
 //! this target runs from an `.init_array` constructor before Rust's runtime
-//! starts (`core::isa::early`); every kernel here references it so that the
+//! starts (`guard::early`); every kernel here references it so that the
 //! linker keeps it in every binary that can reach them.
 //!
 //! Code: every vector loop is `asm!` with q/d registers (not plain Rust left
@@ -29,7 +29,7 @@
 //! * add, axpy_f32 and rope do the scalar kernel's operations in its order,
 //!   so they are bit-identical except where a value is subnormal (< 1.2e-38),
 //!   which NEON returns as 0;
-//! * exp (softmax, silu_mul) meets spec §5's 1e-6 wherever e^x is a normal
+//! * exp (softmax, silu_mul) meets DESIGN.md §5's 1e-6 wherever e^x is a normal
 //!   float (x ≥ −87.33); below that its result is flushed to 0, an absolute
 //!   error under 1.2e-38.
 
@@ -47,7 +47,7 @@ pub const REQUIRED_FEATURES: &[&str] = &["neon"];
 /// dropped by the linker, and its constructor with it). Costs one address.
 #[inline(always)]
 fn keep_guard() {
-    std::hint::black_box(&crate::core::isa::early::NEON_CHECK);
+    std::hint::black_box(&crate::guard::early::NEON_CHECK);
 }
 
 // ---------------------------------------------------------------------------
@@ -522,7 +522,7 @@ unsafe fn exp_shift_sum(x: *mut f32, n4: usize, shift: f32) -> [f32; 4] {
 }
 
 /// e^x of each element, in place: the polynomial the float kernels use,
-/// exposed so the tests can hold it to spec §5's 1e-6.
+/// exposed so the tests can hold it to DESIGN.md §5's 1e-6.
 #[doc(hidden)]
 pub fn exp_in_place(v: &mut [f32]) {
     keep_guard();

@@ -14,7 +14,7 @@
 //! the z registers are declared as clobbers through their overlapping v
 //! registers, the p registers by name.
 //!
-//! Integer dot (spec §5). Which code runs depends on the vector length
+//! Integer dot (DESIGN.md §5). Which code runs depends on the vector length
 //! (`cntb`), chosen per call:
 //! * VL = 128, Q8_0 at VL = 256, or any length that is not a power of two
 //!   (the *narrow* steps): four rows, one block per step in 128-bit registers, as the

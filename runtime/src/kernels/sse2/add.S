@@ -4,7 +4,7 @@
  *     void ml_k_add_sse2(float *y, const float *x, size_t n);
  *     rdi = y, rsi = x, rdx = n
  *
- * The `asm` feature's sample kernel (spec §3, ASM=1): it replaces the Rust
+ * The `asm` feature's sample kernel (DESIGN.md §3, ASM=1): it replaces the Rust
  * sse2 `add` with the same meaning, proving that a hand-written .S can stand
  * in for a kernel. Unaligned loads (movups), four floats per step, then a
  * scalar tail; the sums are the same IEEE single additions as the scalar
