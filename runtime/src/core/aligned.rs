@@ -17,8 +17,8 @@ pub const ALIGN: usize = 64;
 /// On Linux (feature `mmap`) a buffer of `HUGE_PAGE_MIN` bytes or more is
 /// an anonymous mapping advised for transparent huge pages instead: a model
 /// read into memory is then streamed once per token through 2 MiB pages
-/// rather than 4 KiB ones, far fewer TLB misses (measured with `ml bench`
-/// on SmolLM2: decode 12% faster for Q8_0, 20% for Q4_0). Where THP is off
+/// rather than 4 KiB ones, far fewer TLB misses (SmolLM2 decode gained
+/// clearly: PERF.md). Where THP is off
 /// the advice is a no-op.
 pub struct AlignedBytes {
     storage: Backing,

@@ -284,8 +284,7 @@ unsafe fn q4_quad_dot(p: *const u8, x: XQuadQ4) -> __m512i {
 
 /// Activation quads `matvec` prepares once per call rather than once per
 /// four-row group: 64 (16 KiB of stack) cover K ≤ 8192; past that each
-/// group prepares its own. On this project's Zen 4, Q4_0 in cache: 576×576
-/// 4.9 → 4.4 µs, 4096×4096 219 → 189 µs (`ml bench --shape`).
+/// group prepares its own. Q4_0 in cache gained about a tenth (PERF.md).
 const MAX_HOISTED_QUADS: usize = 64;
 
 /// Q8_0's activation pairs, prepared once per call the same way: 128 cover
@@ -507,9 +506,9 @@ unsafe fn group_quads<const PACKED: bool>(g: Group<PACKED>, act: Act, quads: usi
     for qd in 0..quads {
         let b = 4 * qd;
         // Packed or not, the group is prefetched ahead in software.
-        // Packed Q8_0 was a little faster without it on Zen 4, but on
-        // an Intel Xeon (Sapphire Rapids or later) its hardware
-        // prefetchers alone read 65% of the probe cold, 82-90% with it.
+        // Packed Q8_0 was a little faster without it on Zen 4, but an
+        // Intel Xeon's hardware prefetchers alone fell far short of the
+        // probe cold (PERF.md).
         prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 4, bb);
         // SAFETY: blocks b..b+4 of the activation and of the group's rows
         // exist (b + 4 ≤ 4·quads ≤ nb), with their scales.
@@ -740,7 +739,7 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
     // their scales (Q8_0): prepare them once.
     let mut xquads = [std::mem::MaybeUninit::<XQuadQ4>::uninit(); MAX_HOISTED_QUADS];
     // Loops in this function, not closures: as `.then(|| …)` closures they
-    // were not inlined, and Q8_0 in cache lost 2% (`ml bench --shape`).
+    // were not inlined, and Q8_0 in cache lost speed.
     let hoisted_quads = if quads <= MAX_HOISTED_QUADS {
         for (qd, slot) in xquads[..quads].iter_mut().enumerate() {
             // SAFETY: blocks 4·qd..4·qd+4 exist (4·quads ≤ nb).

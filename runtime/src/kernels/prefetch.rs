@@ -78,9 +78,8 @@ const WEIGHTS_AHEAD: usize = 16 << 10;
 /// the loop is bound by loads, not by one add chain: the bandwidth probe's
 /// reader. With `prefetch`, each line is asked for 16 KiB ahead into L2, as
 /// the x86 matvecs do. Neither way is the faster everywhere, so the probe
-/// takes the better: on an Intel Xeon whose L3 holds an 80 MiB working set,
-/// 30 GB/s with the prefetch against 15 without; from memory (512 MiB),
-/// 16–17.5 GB/s with it against 17.4–18.3 without.
+/// takes the better: on an Intel Xeon the prefetch doubled what an
+/// L3-resident set read and cost a little from memory (PERF.md).
 pub fn stream_sum(bytes: &[u8], prefetch: bool) -> u64 {
     let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
     let mut lanes = [0u64; 8];
@@ -98,18 +97,16 @@ pub fn stream_sum(bytes: &[u8], prefetch: bool) -> u64 {
 }
 
 /// KV rows ahead that attention prefetches. The rows come from memory (the
-/// weights streamed since the last token evicted them). On SmolLM2 Q4_0
-/// (head_dim 64, rows 768 bytes apart), decoding 1024 tokens at 1 thread:
-/// 6 rows ahead 153.8 tok/s, 16 rows 160.8, 32 rows 140.6.
+/// weights streamed since the last token evicted them). 16 was the best of
+/// 6, 16 and 32 on SmolLM2 Q4_0 decode at long contexts (PERF.md).
 pub const ROWS_AHEAD: usize = 16;
 
-// Software prefetch for the x86 matvecs (`to_l2`, `row_group`). Measured with `ml bench --shape`
-// on a Zen 4 (cold, i.e. streamed from DRAM): at K = 576 the hardware
-// prefetchers alone reach about a third of the read bandwidth, and
-// prefetching into L1 (T0) only about half, since each L1 prefetch holds
-// one of the few L1 miss buffers for a whole DRAM round trip. Into L2 (T1)
-// and 16 KiB ahead of each row stream (8 and 32 KiB were no better) the
-// kernels stream at 85–90 % of it.
+// Software prefetch for the x86 matvecs (`to_l2`, `row_group`). At short
+// rows (K = 576) the hardware prefetchers alone stream far below the read
+// bandwidth, and prefetching into L1 (T0) holds one of the few L1 miss
+// buffers for a whole DRAM round trip; into L2 (T1), 16 KiB ahead of each
+// row stream, comes close to it (the figures, and the distances tried, are
+// in PERF.md).
 
 /// Asks for the line holding `p` in L2. `p` may point anywhere, past
 /// the end of the matrix included: a prefetch never faults.
