@@ -91,9 +91,11 @@ enum Narrowed {
 }
 
 /// Most probable first; the lower token first among equals, so the order,
-/// and with it every draw, is the same on every run.
+/// and with it every draw, is the same on every run. Adding +0.0 turns -0.0
+/// into +0.0: `total_cmp` alone would rank 0.0 above -0.0, two logits of the
+/// same probability, and break the lower-token rule (a fuzz find).
 fn by_logit_desc(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
-    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
+    (b.0 + 0.0).total_cmp(&(a.0 + 0.0)).then(a.1.cmp(&b.1))
 }
 
 impl Sampler {

@@ -67,6 +67,17 @@ fn tiny_top_p_keeps_only_the_most_likely_token() {
 }
 
 #[test]
+fn negative_zero_ties_with_zero_and_the_lower_token_wins() {
+    // A fuzz find: -0.0 and 0.0 are one probability, so a nucleus smaller
+    // than either holds the lower token, as for any other tie.
+    for seed in 0..20 {
+        let mut s = Sampler::new(2, 1.0, 1e-30, seed);
+        assert_eq!(s.sample(&mut [-0.0, 0.0]), Ok(0));
+        assert_eq!(s.sample(&mut [0.0, -0.0]), Ok(0));
+    }
+}
+
+#[test]
 fn top_p_never_picks_outside_the_nucleus() {
     // probabilities ≈ 0.6, 0.3, 0.1 (and tiny): with top_p 0.8 only 0 and 1.
     let l = [0.6f32.ln(), 0.3f32.ln(), 0.1f32.ln(), -30.0];
@@ -108,7 +119,10 @@ fn reference(logits: &[f32], o: &SamplerOptions, recent: &[u32]) -> Vec<(u32, f6
         }
     }
     let mut c: Vec<(u32, f64)> = l.iter().enumerate().map(|(i, &v)| (i as u32, v)).collect();
-    c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    c.sort_by(|a, b| {
+        let by_value = b.1.partial_cmp(&a.1).expect("the reference takes no NaN");
+        by_value.then(a.0.cmp(&b.0))
+    });
     if o.top_k > 0 && o.top_k < c.len() {
         c.truncate(o.top_k);
     }
