@@ -25,7 +25,9 @@
 //! to no instruction, are findings like any other.
 //!
 //! Documented exceptions (each reported when used): `xgetbv` in the guard
-//! and in std's feature detection (run only after CPUID reports OSXSAVE),
+//! and in std's feature detection (run only after CPUID reports OSXSAVE;
+//! mingw keeps the `_xgetbv` intrinsic out of line), memchr's AVX2
+//! searchers on Windows (memchr picks them after its own CPUID check),
 //! AArch64's outline-atomics helpers (they pick LSE or LL/SC at run time),
 //! in statically linked binaries glibc's ifunc variants (`__memcmp_sse4_2`,
 //! …), its CPU probing and its lock elision (RTM), which glibc selects and
@@ -257,6 +259,11 @@ fn exception(symbol: &str, feature: &str) -> Option<&'static str> {
         "xsave" if symbol.starts_with("legacy_ml::guard::") || symbol.starts_with("std_detect::") => {
             Some("xgetbv runs only after CPUID.1:ECX.OSXSAVE says it exists")
         }
+        // The mingw build keeps the intrinsic out of line; its only callers
+        // are std_detect and the guard, both after the OSXSAVE check.
+        "xsave" if symbol == "core::core_arch::x86::xsave::_xgetbv" => {
+            Some("the _xgetbv intrinsic out of line, called only by std_detect and the guard after CPUID.1:ECX.OSXSAVE")
+        }
         // A statically linked glibc carries its ifunc variants and the CPU
         // probing that picks one of them at start-up.
         _ if symbol.starts_with("__")
@@ -290,7 +297,8 @@ fn exception(symbol: &str, feature: &str) -> Option<&'static str> {
         "avx" | "avx2"
             if symbol
                 .trim_start_matches('<')
-                .starts_with("memchr::arch::x86_64::avx2::") =>
+                .starts_with("memchr::arch::x86_64::avx2::")
+                || symbol.starts_with("memchr::arch::x86_64::memchr::") && symbol.ends_with("::find_avx2") =>
         {
             Some("memchr's AVX2 searcher: memchr selects it at run time after CPUID (std_detect)")
         }
@@ -1009,6 +1017,19 @@ Disassembly of section .text:
         // memchr's name excuses only its AVX2 searcher, not other code.
         let dump = dump.replace("memchr::arch::x86_64::avx2::", "memchr::arch::x86_64::sse2::");
         assert!(!audit(Arch::X86_64, &parse_objdump(&dump), &windows).ok);
+
+        // As iced-x86 names them: memchr's dispatched `find_avx2` entry
+        // points and the out-of-line _xgetbv pass; the same AVX2 in a
+        // memchr function not named find_avx2 does not.
+        let named = PE_DUMP.to_string()
+            + "0000000140170000 <memchr::arch::x86_64::memchr::count_raw::find_avx2>:\n   140170000:\tc5 fd 74 14 1a       \tvpcmpeqb ymm2,ymm0,YMMWORD PTR [rdx+rbx*1]\n"
+            + "0000000140171000 <core::core_arch::x86::xsave::_xgetbv>:\n   140171000:\t0f 01 d0             \txgetbv\n";
+        let r = audit(Arch::X86_64, &parse_objdump(&named), &windows);
+        assert!(r.ok, "{}", r.summary());
+        assert_eq!(r.exceptions.len(), 2, "{:?}", r.exceptions);
+        let renamed = named.replace("count_raw::find_avx2", "count_raw::find_sse2");
+        let r = audit(Arch::X86_64, &parse_objdump(&renamed), &windows);
+        assert_eq!(r.violations.len(), 1, "{}", r.summary());
     }
 
     /// A function of instruction texts (no encodings), for any arch.

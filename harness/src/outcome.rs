@@ -298,6 +298,8 @@ pub fn test_run_pass(name: &str, o: &RunOutput) -> TestRun {
     }
 }
 
+/// The failed tests' names and the first one's panic message, so that a
+/// FAIL cell in the report says why without a rerun.
 fn failed_tests(stdout: &str) -> String {
     let v: Vec<&str> = stdout
         .lines()
@@ -305,10 +307,30 @@ fn failed_tests(stdout: &str) -> String {
         .take(5)
         .collect();
     if v.is_empty() {
-        String::new()
-    } else {
-        format!(" (failed: {})", v.join(", "))
+        return String::new();
     }
+    let why = failed_test_blocks(stdout)
+        .into_iter()
+        .find_map(|(_, block)| first_panic(&block))
+        .map(|p| format!(": {p}"))
+        .unwrap_or_default();
+    format!(" (failed: {}{why})", v.join(", "))
+}
+
+/// `panicked at FILE:LINE:COL:` and the message after it, on one line and
+/// at most 400 characters.
+fn first_panic(block: &str) -> Option<String> {
+    let at = block.find("panicked at ")?;
+    let text: Vec<&str> = block[at..]
+        .lines()
+        .take_while(|l| !l.starts_with("note: ") && !l.starts_with("stack backtrace"))
+        .take(4)
+        .collect();
+    let line = text.join(" ");
+    Some(match line.char_indices().nth(400) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    })
 }
 
 /// On a CPU the build must refuse: each test binary is rejected by the
@@ -542,5 +564,23 @@ mod tests {
         let t = test_run_pass("tests/kernels.rs", &o);
         assert!(!t.ok);
         assert!(t.detail.contains("failed: a"), "{}", t.detail);
+    }
+
+    #[test]
+    fn a_failed_test_reports_its_panic_message() {
+        let stdout = "test a ... ok\ntest b ... FAILED\n\nfailures:\n\n---- b stdout ----\n\nthread 'b' panicked at tests/it/cli.rs:915:5:\nexit 124, expected 5\nnote: run with `RUST_BACKTRACE=1`\n\nfailures:\n    b\n\ntest result: FAILED. 1 passed; 1 failed;\n";
+        let o = RunOutput {
+            code: Some(101),
+            stdout: stdout.into(),
+            ..Default::default()
+        };
+        let t = test_run_pass("tests/it/main.rs", &o);
+        assert!(!t.ok);
+        assert!(
+            t.detail
+                .contains("(failed: b: panicked at tests/it/cli.rs:915:5: exit 124, expected 5)"),
+            "{}",
+            t.detail
+        );
     }
 }

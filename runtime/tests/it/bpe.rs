@@ -695,23 +695,20 @@ fn heap_merging_equals_naive_rescanning_on_random_vocabularies() {
     }
 }
 
+/// 200,000 characters of one run: an O(n log n) merge loop does this in
+/// milliseconds; an O(n²) one (about 10^10 pair scans) would not finish
+/// within the test run's timeout. Untimed: speed belongs to benchmarks.
 #[test]
-fn long_inputs_encode_quickly() {
+fn long_inputs_encode() {
     let spec = Spec::with_merges(&["a a", "aa aa", "aaaa aaaa", "b c", "a bc"]);
     let b = spec.bpe();
-    // Under Miri (thousands of times slower) the same encoding, shorter, untimed.
+    // Under Miri (thousands of times slower) the same encoding, shorter.
     let n = if cfg!(miri) { 800 } else { 200_000 };
     let text = "a".repeat(n);
-    let start = std::time::Instant::now();
     let ids = b.encode_ordinary(&text);
     assert_eq!(ids.len(), n / 8);
     let mixed = "abc ".repeat(n / 4);
     assert_eq!(b.decode(&b.encode_ordinary(&mixed)), mixed.as_bytes());
-    assert!(
-        cfg!(miri) || start.elapsed().as_secs_f64() < 10.0,
-        "{:?}",
-        start.elapsed()
-    );
 }
 
 // ---------------------------------------------------------------------------

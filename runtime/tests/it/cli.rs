@@ -620,11 +620,9 @@ fn gen_refuses_shapes_the_loader_rejects_and_absurd_sizes() {
         5,
         "n_heads 3 is not a multiple of n_kv_heads 2",
     );
-    let start = std::time::Instant::now();
     let o = ml(&["gen", "--out", &out, "--layers", "100000", "--dim", "4096"]);
     assert_exit(&o, 5, "at most");
     assert!(stderr(&o).contains("bytes"), "{}", stderr(&o));
-    assert!(start.elapsed().as_secs() < 10, "refused before writing");
     assert!(std::fs::read_dir(&dir.0).unwrap().next().is_none(), "nothing written");
 }
 
@@ -666,17 +664,22 @@ fn ctrl_c_during_gen_leaves_no_temporary_file() {
     assert!(listing().is_empty(), "left behind: {:?}", listing());
 }
 
-/// `ml` with `args` under a 20 s timeout and (natively) a 4 GiB address
-/// space limit: a regression that blocks or reads without end fails the
-/// test instead of hanging it or eating the machine's memory.
+/// `ml` with `args` under a timeout and (natively) a 4 GiB address space
+/// limit: a regression that blocks, reads without end or turns quadratic
+/// fails the test (exit 124) instead of hanging it or eating the machine's
+/// memory. The timeout is a hang guard, not a speed measure: 20 s natively
+/// and 300 s under qemu (a 1 MB prompt on an emulated ARM1176 beside
+/// another emulated CPU took over 20 s), each tens of times what the work
+/// takes and far below what an O(n²) tokenizer needs for these inputs.
 #[cfg(unix)]
 fn ml_bounded(args: &[&str]) -> Output {
     // qemu-user reserves a large address space of its own.
     let limit = if emulated() { "true" } else { "ulimit -v 4194304" };
+    let seconds = if emulated() { "300" } else { "20" };
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(format!("{limit}; exec \"$@\"")).arg("sh");
     legacy_ml::guard::guard();
-    cmd.args(["timeout", "20"])
+    cmd.args(["timeout", seconds])
         .args(ml_words())
         .args(args)
         .output()
@@ -907,13 +910,12 @@ fn prompts_come_from_a_file_or_stdin() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), stdout(&run(&["-i", "Once upon a time"])));
 
-    // A 1 MB prompt: read, tokenized and refused for the context, quickly.
+    // A 1 MB prompt: read, tokenized and refused for the context, within
+    // ml_bounded's hang guard.
     let huge = dir.path("huge.txt");
     std::fs::write(&huge, "The meaning of life is a story. ".repeat(1 << 15)).unwrap();
-    let start = std::time::Instant::now();
     let o = ml_bounded(&["run", &big, "-z", &tok, "-f", &huge]);
     assert_exit(&o, 5, "but the model's context (max_seq) is 64");
-    assert!(start.elapsed().as_secs() < 20);
 
     // What -f refuses.
     let fifo = dir.path("fifo");
@@ -938,18 +940,16 @@ fn prompts_come_from_a_file_or_stdin() {
 }
 
 /// The llama2.c tokenizer's merging is O(n log n): 120 KB of text (about
-/// as much as one argument may hold) takes well under the timeout, where
-/// the O(n²) loop took seconds in a release build.
+/// as much as one argument may hold) ends within ml_bounded's hang guard,
+/// which the O(n²) loop of llama2.c (about 10^10 pair scans here) does not.
 #[cfg(unix)]
 #[test]
 #[cfg_attr(miri, ignore = "Miri cannot start processes")]
-fn a_long_prompt_tokenizes_quickly() {
+fn a_long_prompt_tokenizes() {
     let text = "I believe the meaning of life is to write. ".repeat(120_000 / 43);
-    let start = std::time::Instant::now();
     let o = ml_bounded(&["tokenize", "-z", &llama2c_tokenizer(), &text]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("1 306 4658 278 6593 310 2834 338 304 2436 29889"));
-    assert!(start.elapsed().as_secs() < 15, "{:?}", start.elapsed());
 }
 
 /// Issue 20's user: SmolLM2-135M-Instruct asked the capital of France with
