@@ -333,3 +333,79 @@ fn a_batch_outside_1_to_max_is_refused_and_feed_checks_its_tokens() {
     assert!(e.message.contains("past the end"), "{}", e.message);
     assert!(tf.feed(&[], 0).is_err());
 }
+
+// ---------------------------------------------------------------------------
+// The command line
+
+/// `ml logits --batch N` prints the same JSON for every N, `ml run` names
+/// the time to its first token (and `--no-stats` nothing), and a batch
+/// outside 1..=128 is a usage error.
+#[test]
+fn the_cli_batch_changes_no_logit() {
+    use crate::support::ml_command;
+    let dir = std::env::temp_dir().join(format!("legacy-ml-batch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.mlb").to_string_lossy().into_owned();
+    let o = ml_command(&["gen", "--out", &model, "--seed", "5", "--max-seq", "64"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let tokens: Vec<String> = (0..41).map(|i| ((i * 13 + 1) % 256).to_string()).collect();
+    let tokens = tokens.join(",");
+    let logits = |batch: &str| {
+        let o = ml_command(&["logits", &model, "--tokens", &tokens, "-n", "3", "--batch", batch])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    let one = logits("1");
+    assert!(one.starts_with(b"{\"tier\""));
+    for batch in ["7", "64", "128"] {
+        assert!(logits(batch) == one, "--batch {batch} changed the logits");
+    }
+    for bad in ["0", "129", "x"] {
+        let o = ml_command(&["logits", &model, "--tokens", "1", "--batch", bad])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "--batch {bad}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("from 1 to 128"),
+            "--batch {bad}"
+        );
+    }
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", model.as_str(), "--tokens", tokens.as_str(), "-n", "4", "-t", "0"];
+        args.extend_from_slice(extra);
+        let o = ml_command(&args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (text, stats) = run(&[]);
+    assert!(stats.contains("first token after"), "{stats}");
+    let (same, quiet) = run(&["--no-stats", "--batch", "5"]);
+    assert_eq!(same, text);
+    assert!(!quiet.contains("first token"), "{quiet}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Batched prompts allocate nothing after `set_batch`: the chunk's buffers
+/// were sized then, and each thread's share of a matmul is on the stack.
+#[test]
+fn a_batched_prompt_allocates_nothing() {
+    legacy_ml::guard::guard();
+    let cfg = &models()[2];
+    let model = Model::from_bytes(&cfg.to_bytes().unwrap()).unwrap();
+    let mut tf = Transformer::with_threads(&model, 2).unwrap();
+    tf.set_batch(16).unwrap();
+    let n = if cfg!(miri) { 9 } else { 40 };
+    let prompt: Vec<u32> = (0..n).map(|i| (i * 5 + 2) % cfg.vocab).collect();
+    let count = crate::alloc_probe::allocations_during(|| {
+        tf.prefill(&prompt).unwrap();
+        tf.feed(&prompt[..3], n as usize).unwrap();
+    });
+    assert_eq!(count, 0, "a batched prefill allocated {count} times");
+}
