@@ -352,11 +352,12 @@ impl<'m> Transformer<'m> {
         } else {
             chunk_region_bytes(&self.header, batch)?
         };
-        // The old chunk buffers go first, so the two are never held at once.
+        // The old chunk buffers go first, so the two are never held at once;
+        // if the new ones cannot be had, the transformer is left at batch 1.
         self.chunk_arena = Arena::new(&[0; CHUNK_REGIONS], "prompt chunk buffers")?;
+        (self.batch, self.chunk_regions) = (1, [0; CHUNK_REGIONS]);
         self.chunk_arena = Arena::new(&regions, "prompt chunk buffers")?;
-        self.chunk_regions = regions;
-        self.batch = batch;
+        (self.batch, self.chunk_regions) = (batch, regions);
         Ok(())
     }
 
