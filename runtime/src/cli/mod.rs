@@ -271,13 +271,13 @@ pub const DEFAULT_BATCH: usize = 32;
 /// `--batch N`: prompt tokens run together.
 #[derive(clap::Args, Clone, Copy)]
 pub struct BatchArg {
-    /// Prompt tokens to run together, 1 to 128 (default 32): each weight
-    /// matrix is run once per chunk of N tokens, the prompt's logits are the
-    /// same bits for every N, and 1 runs the prompt token by token. For
-    /// now every tier but scalar multiplies a chunk by its matvec once per
-    /// token (no tiled matmul kernels yet), so a larger batch mostly saves
-    /// memory traffic (the matrix stays in cache across the chunk) and
-    /// costs some memory (N rows of every activation buffer).
+    /// Prompt tokens to run together, 1 to 128: each weight matrix is run
+    /// once per chunk of N tokens, and the logits are the same bits for
+    /// every N (1 runs the prompt token by token). No tier has a tiled
+    /// matmul kernel yet, so a chunk still does the matvec's arithmetic once
+    /// per token: a larger batch saves memory traffic (each matrix stays in
+    /// cache across the chunk), not arithmetic, and costs N rows of every
+    /// activation buffer.
     #[arg(long = "batch", value_name = "N", default_value_t = DEFAULT_BATCH, allow_negative_numbers = true, value_parser = batch)]
     batch: usize,
 }
