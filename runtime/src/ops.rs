@@ -3,7 +3,7 @@
 //! `threads` feature) split the work across the pool.
 
 use crate::core::quant::QK;
-use crate::core::tensor::{QAct, QTensor, WType};
+use crate::core::tensor::{QAct, QActs, QTensor, WType};
 use crate::kernels;
 
 pub use kernels::{add, attn_mix, attn_scores, axpy_f32, dot_f32, prefetch_l2, rmsnorm, rope, silu_mul, softmax};
@@ -136,6 +136,66 @@ impl Exec {
             }
         });
     }
+}
+
+/// The most tokens one `Exec::matmul` takes: the largest prompt chunk
+/// (`Transformer::set_batch`). Each thread's share of a matmul carries one
+/// output slice per token on the stack, so this bounds that.
+pub const MAX_BATCH: usize = 128;
+
+impl Exec {
+    /// y_t = W · x_t for the `x.n` tokens of `x` (at most `MAX_BATCH`),
+    /// `ys` yielding one output row per token (`w.rows` long at least):
+    /// each weight matrix is run once over all tokens. Rows are split
+    /// between threads as `matvec` splits them, in multiples of 4 (the
+    /// kernels' row group), and the matmul kernels are bit-identical to the
+    /// matvec per token (`kernels::scalar`'s contract), so every output is
+    /// the one `matvec` gives, whatever the thread count or the batch.
+    pub fn matmul<'y>(&self, ys: impl IntoIterator<Item = &'y mut [f32]>, w: &QTensor, x: &QActs) {
+        let n = x.n;
+        assert!(n <= MAX_BATCH, "matmul: {n} tokens, more than MAX_BATCH ({MAX_BATCH})");
+        debug_assert_eq!(x.cols, w.cols);
+        let mut rest: [&mut [f32]; MAX_BATCH] = std::array::from_fn(|_| Default::default());
+        let mut given = 0;
+        for (slot, y) in rest.iter_mut().zip(ys) {
+            *slot = &mut y[..w.rows];
+            given += 1;
+        }
+        assert_eq!(given, n, "matmul: {given} output rows for {n} tokens");
+        let per = self.units_per_thread(w.rows, 4);
+        let parts = (0..w.rows.div_ceil(per)).map(move |p| {
+            let (r0, r1) = (p * per, ((p + 1) * per).min(w.rows));
+            let mut mine: [&mut [f32]; MAX_BATCH] = std::array::from_fn(|_| Default::default());
+            for (m, r) in mine.iter_mut().zip(rest.iter_mut()).take(n) {
+                let (a, b) = std::mem::take(r).split_at_mut(r1 - r0);
+                (*m, *r) = (a, b);
+            }
+            (r0, r1, mine)
+        });
+        self.for_parts(parts, &|(r0, r1, mut mine): (usize, usize, [&mut [f32]; MAX_BATCH])| {
+            let y = &mut mine[..n];
+            match w.wtype {
+                WType::Q8_0 => kernels::matmul_q8(y, w, x, r0, r1),
+                WType::Q4_0 => kernels::matmul_q4(y, w, x, r0, r1),
+            }
+        });
+    }
+}
+
+/// Quantizes the first `n` rows of `x` (rows of `cols` floats) into the
+/// Q8_0 activation buffers, row by row as `quantize` does each, and
+/// returns the view.
+pub fn quantize_rows<'a>(q: &'a mut [i8], d: &'a mut [f32], x: &[f32], cols: usize, n: usize) -> QActs<'a> {
+    let nb = cols / QK;
+    let (q, d) = (&mut q[..n * cols], &mut d[..n * nb]);
+    for ((qt, dt), xt) in q
+        .chunks_exact_mut(cols)
+        .zip(d.chunks_exact_mut(nb))
+        .zip(x.chunks_exact(cols))
+    {
+        kernels::quantize_q8(qt, dt, xt);
+    }
+    QActs { q, d, cols, n }
 }
 
 /// Quantizes `x` into the Q8_0 activation buffers and returns the view.

@@ -1,7 +1,8 @@
 //! `ml logits`: the harness's view of a build. JSON on stdout:
 //! `{"tier": "...", "tokens": [...], "steps": [{"pos": p, "token": t, "logits": [...]}, ...]}`.
 //! Step 0 holds the logits after the last prompt token; each later step
-//! feeds the previous step's greedy token. Floats are printed in their
+//! feeds the previous step's greedy token. `--batch` does not change them:
+//! the logits are the same bits for every batch. Floats are printed in their
 //! shortest round-trip form; a non-finite value is printed as null.
 
 use super::{parse_ids, stdout_error, TokenIds};
@@ -31,12 +32,15 @@ pub struct LogitsArgs {
     #[command(flatten)]
     threads: super::ThreadsArg,
     #[command(flatten)]
+    batch: super::BatchArg,
+    #[command(flatten)]
     load: super::LoadArg,
 }
 
 pub fn run(a: LogitsArgs) -> Result<()> {
     let model = a.load.open(&a.model)?;
     let mut tf = a.ctx.transformer(&model, a.threads.count())?;
+    a.batch.apply(&mut tf)?;
     let max_seq = tf.header().max_seq as usize;
     let prompt = match (a.tokens, &a.file) {
         (Some(ids), _) => ids.0,

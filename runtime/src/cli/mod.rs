@@ -262,6 +262,42 @@ impl CtxArg {
     }
 }
 
+/// The batch `--batch` defaults to. Until the tiers have tiled matmul
+/// kernels, a chunk runs each matrix once per token from cache instead of
+/// once per token from memory: what it saves is the streaming of the
+/// weights, not their arithmetic.
+pub const DEFAULT_BATCH: usize = 32;
+
+/// `--batch N`: prompt tokens run together.
+#[derive(clap::Args, Clone, Copy)]
+pub struct BatchArg {
+    /// Prompt tokens to run together, 1 to 128: each weight matrix is run
+    /// once per chunk of N tokens, and the logits are the same bits for
+    /// every N (1 runs the prompt token by token). No tier has a tiled
+    /// matmul kernel yet, so a chunk still does the matvec's arithmetic once
+    /// per token: a larger batch saves memory traffic (each matrix stays in
+    /// cache across the chunk), not arithmetic, and costs N rows of every
+    /// activation buffer.
+    #[arg(long = "batch", value_name = "N", default_value_t = DEFAULT_BATCH, allow_negative_numbers = true, value_parser = batch)]
+    batch: usize,
+}
+
+/// `--batch`: a whole number in 1..=MAX_BATCH.
+fn batch(s: &str) -> std::result::Result<usize, String> {
+    let max = legacy_ml::ops::MAX_BATCH;
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("must be a whole number from 1 to {max}")),
+    }
+}
+
+impl BatchArg {
+    /// Sets the transformer's batch.
+    pub fn apply(self, tf: &mut legacy_ml::model::transformer::Transformer<'_>) -> Result<()> {
+        tf.set_batch(self.batch)
+    }
+}
+
 /// `--load MODE` (or `ML_LOAD`): how the model file is brought into memory.
 #[derive(clap::Args, Clone, Copy)]
 pub struct LoadArg {

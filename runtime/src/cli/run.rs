@@ -45,12 +45,15 @@ pub struct RunArgs {
     #[command(flatten)]
     threads: super::ThreadsArg,
     #[command(flatten)]
+    batch: super::BatchArg,
+    #[command(flatten)]
     load: super::LoadArg,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
     let model = a.load.open(&a.model)?;
     let mut tf = a.ctx.transformer(&model, a.threads.count())?;
+    a.batch.apply(&mut tf)?;
     let tokenizer = a.tokenizer.as_deref().map(Tokenizer::open).transpose()?;
     if let (Some(tok), Some(path)) = (&tokenizer, &a.tokenizer) {
         check_vocab(tok, path, model.header().vocab as usize)?;
@@ -110,6 +113,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let prefill_time = start.map(|s| s.elapsed());
     let mut prev = *prompt.last().unwrap_or(&1);
     let mut generated = 0;
+    let mut first_token = None;
     let decode_start = clock();
     for i in 0..steps {
         if super::sys::interrupted() {
@@ -126,6 +130,10 @@ pub fn run(a: RunArgs) -> Result<()> {
             None => write!(out, "{}{next}", if i > 0 { " " } else { "" }).map_err(stdout_error)?,
         }
         out.flush().map_err(stdout_error)?;
+        if generated == 0 {
+            // None with --no-stats: `start` is, and no clock is read.
+            first_token = start.map(|s| s.elapsed());
+        }
         generated += 1;
         if i + 1 == steps {
             break;
@@ -138,10 +146,15 @@ pub fn run(a: RunArgs) -> Result<()> {
         return Ok(());
     };
     let decode_time = decode_start.elapsed().as_secs_f64();
+    let first_token = match first_token {
+        Some(t) => format!("first token after {:.1} ms; ", t.as_secs_f64() * 1e3),
+        None => String::new(),
+    };
     note!(
-        "prompt: {} tokens in {:.1} ms; generated {} tokens in {:.1} ms: {:.1} tok/s",
+        "prompt: {} tokens in {:.1} ms ({:.1} tok/s); {first_token}generated {} tokens in {:.1} ms: {:.1} tok/s",
         prompt.len(),
         prefill_time.as_secs_f64() * 1e3,
+        prompt.len() as f64 / prefill_time.as_secs_f64().max(1e-9),
         generated,
         decode_time * 1e3,
         if decode_time > 0.0 {
@@ -200,6 +213,8 @@ pub struct ChatArgs {
     #[command(flatten)]
     threads: super::ThreadsArg,
     #[command(flatten)]
+    batch: super::BatchArg,
+    #[command(flatten)]
     load: super::LoadArg,
 }
 
@@ -222,6 +237,7 @@ enum ReplyEnd {
 pub fn chat(a: ChatArgs) -> Result<()> {
     let model = a.load.open(&a.model)?;
     let mut tf = a.ctx.transformer(&model, a.threads.count())?;
+    a.batch.apply(&mut tf)?;
     let ctx = tf.header().max_seq as usize;
     let tok = Tokenizer::open(&a.tokenizer)?;
     let shown = a.tokenizer.display();
@@ -297,16 +313,11 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         generating.store(true, Ordering::SeqCst);
         interrupted.store(false, Ordering::SeqCst);
         let start = Instant::now();
-        let mut next = 0;
         sampler.accept(&feed);
-        for (k, &t) in feed.iter().enumerate() {
-            let logits = tf.forward(t, pos + k)?;
-            if k + 1 == feed.len() {
-                next = sampler.sample(logits)?;
-            }
-        }
+        let mut next = sampler.sample(tf.feed(&feed, pos)?)?;
         pos += feed.len();
         let prompt_time = start.elapsed();
+        let mut first_token = None;
         let decode_start = Instant::now();
         let mut generated = 0;
         let mut prev = *feed.last().unwrap_or(&0);
@@ -322,6 +333,9 @@ pub fn chat(a: ChatArgs) -> Result<()> {
             }
             out.write_all(tok.decode_piece(prev, next)).map_err(stdout_error)?;
             out.flush().map_err(stdout_error)?;
+            if generated == 0 {
+                first_token = Some(start.elapsed());
+            }
             generated += 1;
             if pos == ctx {
                 break ReplyEnd::ContextFull;
@@ -336,8 +350,12 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         out.flush().map_err(stdout_error)?;
         if a.stats {
             let secs = decode_start.elapsed().as_secs_f64();
+            let first_token = match first_token {
+                Some(t) => format!("first token after {:.1} ms; ", t.as_secs_f64() * 1e3),
+                None => String::new(),
+            };
             note!(
-                "turn: {} tokens in {:.1} ms; reply: {generated} tokens in {:.1} ms ({:.1} tok/s); context: {pos} of {ctx}",
+                "turn: {} tokens in {:.1} ms; {first_token}reply: {generated} tokens in {:.1} ms ({:.1} tok/s); context: {pos} of {ctx}",
                 feed.len(),
                 prompt_time.as_secs_f64() * 1e3,
                 secs * 1e3,

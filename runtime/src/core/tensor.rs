@@ -188,3 +188,25 @@ impl QAct<'_> {
         self.q.is_empty()
     }
 }
+
+/// The Q8_0-quantized activations of `n` tokens, token-major: token t's
+/// `cols` quants at `q[t·cols..]`, its `cols / QK` scales at
+/// `d[t·cols/QK..]`. What the matmul kernels multiply a matrix by.
+#[derive(Debug, Clone, Copy)]
+pub struct QActs<'a> {
+    pub q: &'a [i8],
+    pub d: &'a [f32],
+    pub cols: usize,
+    pub n: usize,
+}
+
+impl<'a> QActs<'a> {
+    /// Token `t`'s activation, as a matvec reads it.
+    pub fn token(&self, t: usize) -> QAct<'a> {
+        let nb = self.cols / QK;
+        QAct {
+            q: &self.q[t * self.cols..(t + 1) * self.cols],
+            d: &self.d[t * nb..(t + 1) * nb],
+        }
+    }
+}

@@ -77,6 +77,8 @@ pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
     }
 }
 
+matmul_by_tokens!();
+
 /// Two consecutive weight blocks as 64 int8 (block b in the low 256 bits).
 /// Q4: 32 packed bytes hold both blocks' low and high nibbles; they are
 /// arranged as [lo(b), hi(b), lo(b+1), hi(b+1)] and re-centred.

@@ -27,6 +27,7 @@ pub const REQUIRED_FEATURES: &[&str] = &[
 ];
 
 matvec_entry_points!();
+matmul_by_tokens!();
 
 /// Integer dot of a weight block with an activation block: eight int32
 /// partials. AVX2's `block_dot` with vpdpbusd for its vpmaddubsw + vpmaddwd.

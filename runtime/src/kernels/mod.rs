@@ -6,8 +6,15 @@
 //!
 //! A tier's module implements the kernels its instructions improve and
 //! re-exports the rest from the tier below it, so each module is a complete
-//! set of twelve (the spec's ten, plus attention's
-//! `attn_scores`/`attn_mix`) and its fallback chain reads in one place.
+//! set of fourteen (the spec's ten, attention's `attn_scores`/`attn_mix`,
+//! and prompt processing's `matmul_q8`/`matmul_q4`) and its fallback chain
+//! reads in one place.
+//!
+//! The matmuls are never re-exported from the tier below: each must be
+//! bit-identical to its own tier's matvec (`scalar`'s module comment), so a
+//! tier without a tiled matmul of its own binds `matmul_by_tokens!()`
+//! (`scaffold`), its own matvec once per token. Only the scalar tier has
+//! its own matmul so far, the reference.
 //! Only the enabled tiers are compiled; the cargo features chain
 //! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`; `isa-sve`
 //! enables `isa-neon-dotprod` enables `isa-neon`), so every module a tier
@@ -153,15 +160,16 @@ use neon as active;
 )))]
 mod active {
     pub use super::scalar::{
-        add, attn_mix, attn_scores, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul,
-        softmax,
+        add, attn_mix, attn_scores, axpy_f32, dot_f32, matmul_q4, matmul_q8, matvec_q4, matvec_q8, quantize_q8,
+        rmsnorm, rope, silu_mul, softmax,
     };
     pub const TIER: &str = "scalar";
     pub const REQUIRED_FEATURES: &[&str] = &[];
 }
 
 pub use active::{
-    add, attn_mix, attn_scores, axpy_f32, dot_f32, matvec_q4, matvec_q8, quantize_q8, rmsnorm, rope, silu_mul, softmax,
+    add, attn_mix, attn_scores, axpy_f32, dot_f32, matmul_q4, matmul_q8, matvec_q4, matvec_q8, quantize_q8, rmsnorm,
+    rope, silu_mul, softmax,
 };
 
 /// Whether the active tier's matvecs read matrices packed in four-row

@@ -26,6 +26,7 @@ pub const TIER: &str = "neon-dotprod";
 pub const REQUIRED_FEATURES: &[&str] = &["asimd", "asimddp"];
 
 matvec_entry_points!();
+matmul_by_tokens!();
 super::aarch64::neon_matvec!(feature = "dotprod", block_dot = block_dot);
 
 /// acc + Σ over each group of four bytes of w·x, per int32 lane.

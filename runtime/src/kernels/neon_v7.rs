@@ -54,6 +54,7 @@ fn keep_guard() {
 // Integer path: matvec_q8, matvec_q4
 
 matvec_entry_points!(prologue = keep_guard());
+matmul_by_tokens!();
 
 /// Blocks whose int32 sums one call of the asm loops computes.
 const CHUNK: usize = 16;

@@ -113,6 +113,63 @@ macro_rules! matvec_entry_points {
     };
 }
 
+/// The shapes every matmul relies on: one output row per token, each
+/// holding the rows asked for. Panics, as indexing would, before any kernel
+/// runs.
+pub(crate) fn check_matmul(y: &[&mut [f32]], x: &crate::core::tensor::QActs, r0: usize, r1: usize) {
+    assert_eq!(y.len(), x.n, "matmul: {} output rows for {} tokens", y.len(), x.n);
+    assert!(r0 <= r1, "matmul rows {r0}..{r1} are reversed");
+    assert!(
+        y.iter().all(|yt| yt.len() >= r1 - r0),
+        "matmul: an output row holds fewer than {} values",
+        r1 - r0
+    );
+    assert!(
+        x.q.len() >= x.n * x.cols && x.d.len() >= x.n * (x.cols / crate::core::quant::QK),
+        "matmul: the activations are shorter than {} tokens of {} columns",
+        x.n,
+        x.cols
+    );
+}
+
+/// `matmul_q8` and `matmul_q4` as one call of the tier's own `matvec_q8` /
+/// `matvec_q4` per token: what a tier binds until it has a tiled matmul.
+/// Each weight block is read once per token (from cache, when the matrix
+/// fits), so this saves nothing of the matvec's arithmetic; it is the
+/// matmul contract (`kernels::scalar::matmul_q8`) at its plainest, and
+/// trivially bit-identical to the matvec, which is what batch invariance
+/// asks.
+#[allow(unused_macros)]
+macro_rules! matmul_by_tokens {
+    () => {
+        pub fn matmul_q8(
+            y: &mut [&mut [f32]],
+            w: &crate::core::tensor::QTensor,
+            x: &crate::core::tensor::QActs,
+            r0: usize,
+            r1: usize,
+        ) {
+            super::scaffold::check_matmul(y, x, r0, r1);
+            for (t, yt) in y.iter_mut().enumerate() {
+                matvec_q8(yt, w, &x.token(t), r0, r1);
+            }
+        }
+
+        pub fn matmul_q4(
+            y: &mut [&mut [f32]],
+            w: &crate::core::tensor::QTensor,
+            x: &crate::core::tensor::QActs,
+            r0: usize,
+            r1: usize,
+        ) {
+            super::scaffold::check_matmul(y, x, r0, r1);
+            for (t, yt) in y.iter_mut().enumerate() {
+                matvec_q4(yt, w, &x.token(t), r0, r1);
+            }
+        }
+    };
+}
+
 /// The bounds `rope` relies on: q and k hold their heads, cos/sin hold
 /// head_dim / 2 angles. Panics, as the scalar kernel would by slice
 /// indexing, before any pointer arithmetic. Returns the pairs per head.

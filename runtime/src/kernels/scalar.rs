@@ -4,9 +4,26 @@
 //! Matvec contract: `y[i]` receives row `r0 + i` of `W · x` for rows
 //! `[r0, r1)`; `y.len() == r1 - r0`. Callers split rows between threads by
 //! giving each a disjoint `y` slice.
+//!
+//! Matmul contract (`matmul_q8`, `matmul_q4`): `W` times the activations of
+//! `x.n` tokens (`QActs`, token-major). The output is token-major too: `y`
+//! holds one slice per token, and `y[t][i]` receives row `r0 + i` of
+//! `W · x_t` for rows `[r0, r1)` (`y.len() == x.n`, each `y[t]` at least
+//! `r1 − r0` long). One slice per token, not one flat buffer, so that the
+//! callers can hand each thread its rows of every token as disjoint slices
+//! and write K/V rows straight into the cache.
+//!
+//! Batch invariance (issue 15): in every tier, `y[t][i]` must be
+//! bit-identical to what that tier's own matvec gives for row `r0 + i` and
+//! token t. A tiled matmul may share each loaded weight block between
+//! tokens and keep several rows and tokens in registers, but for each output
+//! it must add the per-block terms in the matvec's order, with the matvec's
+//! float operations (the same `sumi · dw · dx` rounding, or the same FMA),
+//! and cut rows into the matvec's groups (four, from `r0`). Then the logits
+//! after a prompt do not depend on how it was chunked, nor on the threads.
 
 use crate::core::quant::{self, Q4_BLOCK_BYTES, QK};
-use crate::core::tensor::{QAct, QTensor};
+use crate::core::tensor::{QAct, QActs, QTensor};
 
 /// Integer dot of one Q8_0 weight block with one Q8_0 activation block.
 #[inline]
@@ -78,6 +95,55 @@ pub fn matvec_q8(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
 pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
     let row_bytes = w.row_bytes();
     matvec_rows(y, w, x, r0, r1, |row, b, xq| {
+        let start = row * row_bytes + b * Q4_BLOCK_BYTES;
+        block_dot_q4(&w.q[start..start + Q4_BLOCK_BYTES], xq)
+    });
+}
+
+/// The reference matmul: for each row, each weight block is read once and
+/// used for every token; each output adds its blocks in ascending order as
+/// `sumi · dw · dx`, exactly as `matvec_rows` does, so every output is
+/// bit-identical to `matvec_q8` on that token (see the module's contract).
+fn matmul_rows(
+    y: &mut [&mut [f32]],
+    w: &QTensor,
+    x: &QActs,
+    r0: usize,
+    r1: usize,
+    block_dot: impl Fn(usize, usize, &[i8]) -> i32,
+) {
+    assert!(
+        !w.packed,
+        "the scalar matmul reads row-major matrices only, not packed ones"
+    );
+    super::scaffold::check_matmul(y, x, r0, r1);
+    let nb = w.blocks_per_row();
+    for r in r0..r1 {
+        for yt in y.iter_mut() {
+            yt[r - r0] = 0.0;
+        }
+        for b in 0..nb {
+            let wd = w.d[r * nb + b];
+            for (t, yt) in y.iter_mut().enumerate() {
+                let xt = x.token(t);
+                yt[r - r0] += block_dot(r, b, &xt.q[b * QK..(b + 1) * QK]) as f32 * wd * xt.d[b];
+            }
+        }
+    }
+}
+
+pub fn matmul_q8(y: &mut [&mut [f32]], w: &QTensor, x: &QActs, r0: usize, r1: usize) {
+    let q = w.q_i8();
+    let cols = w.cols;
+    matmul_rows(y, w, x, r0, r1, |row, b, xq| {
+        let start = row * cols + b * QK;
+        block_dot_q8(&q[start..start + QK], xq)
+    });
+}
+
+pub fn matmul_q4(y: &mut [&mut [f32]], w: &QTensor, x: &QActs, r0: usize, r1: usize) {
+    let row_bytes = w.row_bytes();
+    matmul_rows(y, w, x, r0, r1, |row, b, xq| {
         let start = row * row_bytes + b * Q4_BLOCK_BYTES;
         block_dot_q4(&w.q[start..start + Q4_BLOCK_BYTES], xq)
     });

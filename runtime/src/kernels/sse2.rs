@@ -27,6 +27,7 @@ pub const REQUIRED_FEATURES: &[&str] = &["sse2"];
 // Integer path: matvec_q8, matvec_q4
 
 matvec_entry_points!();
+matmul_by_tokens!();
 
 /// One weight block as 32 int8 in two vectors. Q4 nibbles are unpacked
 /// (low nibbles are elements 0–15, high nibbles 16–31) and re-centred, so

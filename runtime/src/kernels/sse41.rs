@@ -24,6 +24,7 @@ pub const TIER: &str = "sse41";
 pub const REQUIRED_FEATURES: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1"];
 
 matvec_entry_points!();
+matmul_by_tokens!();
 
 /// An activation block as (|x|, x), prepared once and shared by four rows.
 struct XBlock {

@@ -78,6 +78,7 @@ pub const TIER: &str = "sve";
 pub const REQUIRED_FEATURES: &[&str] = &["asimd", "sve"];
 
 matvec_entry_points!();
+matmul_by_tokens!();
 
 /// The vector length in bytes (16 to 256).
 ///

@@ -128,6 +128,76 @@ fn region_bytes(h: &Header) -> Result<[usize; REGIONS]> {
     Ok(r)
 }
 
+/// The chunk arena's regions (`Transformer::set_batch`), in carving order:
+/// a prompt chunk's rows, token-major, `batch` of each.
+#[derive(Clone, Copy)]
+enum ChunkRegion {
+    Xs,
+    Xbs,
+    Xb2s,
+    Qs,
+    Hbs,
+    Hb2s,
+    ActQuants,
+    ActScales,
+}
+const CHUNK_REGIONS: usize = ChunkRegion::ActScales as usize + 1;
+
+/// Byte size of every chunk region for `batch` tokens, or NoMem on overflow.
+fn chunk_region_bytes(h: &Header, batch: usize) -> Result<[usize; CHUNK_REGIONS]> {
+    let too_big = || {
+        MlError::no_mem(format!(
+            "prompt chunk buffers for a batch of {batch} overflow the address space"
+        ))
+    };
+    let bytes = |n: u64, size: u64| -> Result<usize> {
+        n.checked_mul(batch as u64)
+            .and_then(|v| v.checked_mul(size))
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(too_big)
+    };
+    let (dim, hidden) = (h.dim as u64, h.hidden_dim as u64);
+    let widest = dim.max(hidden);
+    let mut r = [0usize; CHUNK_REGIONS];
+    r[ChunkRegion::Xs as usize] = bytes(dim, 4)?;
+    r[ChunkRegion::Xbs as usize] = bytes(dim, 4)?;
+    r[ChunkRegion::Xb2s as usize] = bytes(dim, 4)?;
+    r[ChunkRegion::Qs as usize] = bytes(dim, 4)?;
+    r[ChunkRegion::Hbs as usize] = bytes(hidden, 4)?;
+    r[ChunkRegion::Hb2s as usize] = bytes(hidden, 4)?;
+    r[ChunkRegion::ActQuants as usize] = bytes(widest, 1)?;
+    r[ChunkRegion::ActScales as usize] = bytes(widest / QK as u64, 4)?;
+    Ok(r)
+}
+
+/// The chunk arena carved into a prompt chunk's buffers.
+struct ChunkBuffers<'a> {
+    xs: &'a mut [f32],
+    xbs: &'a mut [f32],
+    xb2s: &'a mut [f32],
+    qs: &'a mut [f32],
+    hbs: &'a mut [f32],
+    hb2s: &'a mut [f32],
+    act_q: &'a mut [i8],
+    act_d: &'a mut [f32],
+}
+
+impl<'a> ChunkBuffers<'a> {
+    fn carve(mut c: Carver<'a>, r: &[usize; CHUNK_REGIONS]) -> ChunkBuffers<'a> {
+        use ChunkRegion::*;
+        ChunkBuffers {
+            xs: c.f32s(r[Xs as usize]),
+            xbs: c.f32s(r[Xbs as usize]),
+            xb2s: c.f32s(r[Xb2s as usize]),
+            qs: c.f32s(r[Qs as usize]),
+            hbs: c.f32s(r[Hbs as usize]),
+            hb2s: c.f32s(r[Hb2s as usize]),
+            act_q: c.i8s(r[ActQuants as usize]),
+            act_d: c.f32s(r[ActScales as usize]),
+        }
+    }
+}
+
 /// The arena carved into named buffers for one step.
 struct Buffers<'a> {
     x: &'a mut [f32],
@@ -178,6 +248,13 @@ pub struct Transformer<'m> {
     weights: Weights<'m>,
     regions: [usize; REGIONS],
     arena: Arena,
+    /// Prompt tokens run together (`set_batch`); 1 runs them one by one
+    /// through `forward`.
+    batch: usize,
+    /// The buffers of a prompt chunk of `batch` tokens, apart from the
+    /// decode step's (`arena`), which stay as they are whatever the batch.
+    chunk_regions: [usize; CHUNK_REGIONS],
+    chunk_arena: Arena,
     exec: Exec,
 }
 
@@ -217,6 +294,9 @@ impl<'m> Transformer<'m> {
             weights: Weights::new(model)?,
             regions,
             arena,
+            batch: 1,
+            chunk_regions: [0; CHUNK_REGIONS],
+            chunk_arena: Arena::new(&[0; CHUNK_REGIONS], "prompt chunk buffers")?,
             exec: Exec::new(threads)?,
         };
         t.fill_rope_tables();
@@ -245,9 +325,40 @@ impl<'m> Transformer<'m> {
         self.exec.threads()
     }
 
-    /// Bytes of the run-time arena.
+    /// Bytes of the run-time arena (the prompt chunk's buffers included).
     pub fn arena_bytes(&self) -> usize {
-        self.arena.len()
+        self.arena.len() + self.chunk_arena.len()
+    }
+
+    /// Prompt tokens `prefill` and `feed` run together.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Runs prompts in chunks of up to `batch` tokens (1..=`ops::MAX_BATCH`):
+    /// each weight matrix once per chunk instead of once per token. 1 feeds
+    /// them one at a time through `forward`. The logits are bit-identical
+    /// for every batch (and thread count). Allocates the chunk's buffers
+    /// here, once; the KV cache and everything run so far are kept.
+    pub fn set_batch(&mut self, batch: usize) -> Result<()> {
+        if batch == 0 || batch > ops::MAX_BATCH {
+            return Err(MlError::shape(format!(
+                "a batch of {batch} tokens: it must be 1 to {}",
+                ops::MAX_BATCH
+            )));
+        }
+        let regions = if batch == 1 {
+            [0; CHUNK_REGIONS]
+        } else {
+            chunk_region_bytes(&self.header, batch)?
+        };
+        // The old chunk buffers go first, so the two are never held at once;
+        // if the new ones cannot be had, the transformer is left at batch 1.
+        self.chunk_arena = Arena::new(&[0; CHUNK_REGIONS], "prompt chunk buffers")?;
+        (self.batch, self.chunk_regions) = (1, [0; CHUNK_REGIONS]);
+        self.chunk_arena = Arena::new(&regions, "prompt chunk buffers")?;
+        (self.batch, self.chunk_regions) = (batch, regions);
+        Ok(())
     }
 
     fn buffers(&mut self) -> Buffers<'_> {
@@ -374,16 +485,7 @@ impl<'m> Transformer<'m> {
         ops::rmsnorm(b.xb, b.x, weights.final_norm, h.norm_eps);
         let qa = ops::quantize(b.act_q, b.act_d, b.xb);
         exec.matvec(b.logits, &weights.wcls, &qa);
-        // Finite scales and norm weights (checked at load) can still
-        // overflow f32 on the way (a scale of 1e38, say): such a model's
-        // logits are not a distribution, and callers are told so.
-        if let Some(i) = b.logits.iter().position(|v| !v.is_finite()) {
-            return Err(MlError::format(format!(
-                "logit {i} is {} at position {pos}: the model's weights overflow f32 (corrupt or badly scaled \
-                 tensor values)",
-                b.logits[i]
-            )));
-        }
+        check_logits(b.logits, pos)?;
         Ok(b.logits)
     }
 }
@@ -392,22 +494,190 @@ impl Transformer<'_> {
     /// Runs every prompt token from position 0 and returns the logits after
     /// the last one. A prompt longer than the context is refused up front.
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<&mut [f32]> {
-        let max_seq = self.header.max_seq as usize;
         if prompt.is_empty() {
             return Err(MlError::shape("the prompt is empty; give at least one token"));
         }
-        if prompt.len() > max_seq {
+        if prompt.len() > self.header.max_seq as usize {
             return Err(MlError::shape(format!(
                 "the prompt has {} tokens but {}",
                 prompt.len(),
                 self.context_description()
             )));
         }
-        let (last, rest) = prompt.split_last().ok_or_else(|| MlError::shape("empty prompt"))?;
-        for (pos, &token) in rest.iter().enumerate() {
-            self.forward(token, pos)?;
+        self.feed(prompt, 0)
+    }
+
+    /// Runs `tokens` at positions `start..` (a chat's next turn, after the
+    /// `start` positions already in the cache) and returns the logits after
+    /// the last one: in chunks of `batch()` tokens, or with a batch of 1
+    /// one `forward` per token. The logits are the same bits either way.
+    pub fn feed(&mut self, tokens: &[u32], start: usize) -> Result<&mut [f32]> {
+        let h = self.header;
+        let Some(end) = start.checked_add(tokens.len()).filter(|_| !tokens.is_empty()) else {
+            return Err(MlError::shape("no tokens to feed; give at least one"));
+        };
+        if end > h.max_seq as usize {
+            return Err(MlError::shape(format!(
+                "{} tokens from position {start} run past the end: {}",
+                tokens.len(),
+                self.context_description()
+            )));
         }
-        self.forward(*last, rest.len())
+        if let Some(&t) = tokens.iter().find(|&&t| t >= h.vocab) {
+            return Err(MlError::shape(format!(
+                "token id {t} is outside the vocabulary of {}",
+                h.vocab
+            )));
+        }
+        let (last, rest) = tokens.split_last().ok_or_else(|| MlError::shape("no tokens to feed"))?;
+        if self.batch == 1 {
+            for (i, &token) in rest.iter().enumerate() {
+                self.forward(token, start + i)?;
+            }
+            return self.forward(*last, end - 1);
+        }
+        // The last token is a chunk's last too (the classifier runs after
+        // it): the chunks run front to back, the last one up to `end`.
+        let mut pos = start;
+        for chunk in tokens.chunks(self.batch) {
+            self.forward_chunk(chunk, pos);
+            pos += chunk.len();
+        }
+        let in_last = (tokens.len() - 1) % self.batch;
+        self.logits_after(in_last, end - 1)
+    }
+
+    /// Runs a chunk of tokens (at most `batch`, all checked) at positions
+    /// `pos0..`, leaving their K/V rows in the cache and their last hidden
+    /// states in the chunk's `xs` rows. Every step is `forward`'s, done for
+    /// all rows of the chunk: row by row for the norms, quantization, RoPE,
+    /// residual adds and attention (the same kernels on the same rows), and
+    /// one matmul per weight matrix, whose outputs are the matvec's bits.
+    fn forward_chunk(&mut self, tokens: &[u32], pos0: usize) {
+        let h = self.header;
+        let n = tokens.len();
+        let (dim, hidden) = (h.dim as usize, h.hidden_dim as usize);
+        let (kv_dim, head_dim) = (h.kv_dim() as usize, h.head_dim() as usize);
+        let (n_heads, n_kv_heads, seq) = (h.n_heads as usize, h.n_kv_heads as usize, h.max_seq as usize);
+        let group = n_heads / n_kv_heads;
+        let half = head_dim / 2;
+        let inv_sqrt_hd = 1.0 / (head_dim as f32).sqrt();
+        let (weights, exec) = (&self.weights, &self.exec);
+        let b = Buffers::carve(self.arena.carver(), &self.regions);
+        let c = ChunkBuffers::carve(self.chunk_arena.carver(), &self.chunk_regions);
+
+        for (x, &token) in c.xs.chunks_exact_mut(dim).zip(tokens) {
+            embed(x, &weights.tok_emb, token as usize);
+        }
+        for (l, lw) in weights.layers.iter().enumerate() {
+            // Attention.
+            for (xb, x) in c.xbs.chunks_exact_mut(dim).zip(c.xs.chunks_exact(dim)).take(n) {
+                ops::rmsnorm(xb, x, lw.attn_norm, h.norm_eps);
+            }
+            let qa = ops::quantize_rows(c.act_q, c.act_d, c.xbs, dim, n);
+            let first = (l * seq + pos0) * kv_dim;
+            let keys = &mut b.key_cache[first..first + n * kv_dim];
+            let values = &mut b.value_cache[first..first + n * kv_dim];
+            exec.matmul(c.qs[..n * dim].chunks_exact_mut(dim), &lw.wq, &qa);
+            exec.matmul(keys.chunks_exact_mut(kv_dim), &lw.wk, &qa);
+            exec.matmul(values.chunks_exact_mut(kv_dim), &lw.wv, &qa);
+            for (t, (q, k)) in
+                c.qs.chunks_exact_mut(dim)
+                    .zip(keys.chunks_exact_mut(kv_dim))
+                    .enumerate()
+            {
+                let pos = pos0 + t;
+                let cos = &b.rope_cos[pos * half..(pos + 1) * half];
+                let sin = &b.rope_sin[pos * half..(pos + 1) * half];
+                ops::rope(q, k, cos, sin, head_dim, n_heads, n_kv_heads);
+            }
+
+            // Each position attends over the cache up to itself, the
+            // chunk's earlier rows included, exactly as `forward` there.
+            for (t, (q, out)) in
+                c.qs.chunks_exact(dim)
+                    .zip(c.xbs.chunks_exact_mut(dim))
+                    .take(n)
+                    .enumerate()
+            {
+                let len = pos0 + t + 1;
+                let layer_keys = &b.key_cache[l * seq * kv_dim..(l * seq + len) * kv_dim];
+                let layer_values = &b.value_cache[l * seq * kv_dim..(l * seq + len) * kv_dim];
+                let per = exec.units_per_thread(n_heads, 1);
+                let parts = b.att[..n_heads * seq]
+                    .chunks_mut(per * seq)
+                    .zip(out[..n_heads * head_dim].chunks_mut(per * head_dim))
+                    .enumerate()
+                    .map(|(i, (att, out))| (i * per, att, out));
+                exec.for_parts(parts, &|(first, att, out): (usize, &mut [f32], &mut [f32])| {
+                    attend_heads(
+                        q,
+                        first,
+                        group,
+                        head_dim,
+                        layer_keys,
+                        layer_values,
+                        kv_dim,
+                        inv_sqrt_hd,
+                        len,
+                        att,
+                        seq,
+                        out,
+                    );
+                });
+            }
+
+            let qa = ops::quantize_rows(c.act_q, c.act_d, c.xbs, dim, n);
+            exec.matmul(c.xb2s[..n * dim].chunks_exact_mut(dim), &lw.wo, &qa);
+            for (x, xb2) in c.xs.chunks_exact_mut(dim).zip(c.xb2s.chunks_exact(dim)).take(n) {
+                ops::add(x, xb2);
+            }
+
+            // Feed-forward: w2 · (silu(w1 · h) ⊙ (w3 · h)).
+            for (xb, x) in c.xbs.chunks_exact_mut(dim).zip(c.xs.chunks_exact(dim)).take(n) {
+                ops::rmsnorm(xb, x, lw.ffn_norm, h.norm_eps);
+            }
+            let qa = ops::quantize_rows(c.act_q, c.act_d, c.xbs, dim, n);
+            exec.matmul(c.hbs[..n * hidden].chunks_exact_mut(hidden), &lw.w1, &qa);
+            exec.matmul(c.hb2s[..n * hidden].chunks_exact_mut(hidden), &lw.w3, &qa);
+            for (hb, hb2) in c.hbs.chunks_exact_mut(hidden).zip(c.hb2s.chunks_exact(hidden)).take(n) {
+                ops::silu_mul(hb, hb2);
+            }
+            let qa = ops::quantize_rows(c.act_q, c.act_d, c.hbs, hidden, n);
+            exec.matmul(c.xb2s[..n * dim].chunks_exact_mut(dim), &lw.w2, &qa);
+            for (x, xb2) in c.xs.chunks_exact_mut(dim).zip(c.xb2s.chunks_exact(dim)).take(n) {
+                ops::add(x, xb2);
+            }
+        }
+    }
+
+    /// The classifier over row `t` of the last chunk's hidden states: the
+    /// logits `forward` would return after that token.
+    fn logits_after(&mut self, t: usize, pos: usize) -> Result<&mut [f32]> {
+        let h = self.header;
+        let dim = h.dim as usize;
+        let (weights, exec) = (&self.weights, &self.exec);
+        let b = Buffers::carve(self.arena.carver(), &self.regions);
+        let c = ChunkBuffers::carve(self.chunk_arena.carver(), &self.chunk_regions);
+        ops::rmsnorm(b.xb, &c.xs[t * dim..(t + 1) * dim], weights.final_norm, h.norm_eps);
+        let qa = ops::quantize(b.act_q, b.act_d, b.xb);
+        exec.matvec(b.logits, &weights.wcls, &qa);
+        check_logits(b.logits, pos)?;
+        Ok(b.logits)
+    }
+}
+
+/// Finite scales and norm weights (checked at load) can still overflow f32
+/// on the way (a scale of 1e38, say): such a model's logits are not a
+/// distribution, and callers are told so.
+fn check_logits(logits: &[f32], pos: usize) -> Result<()> {
+    match logits.iter().position(|v| !v.is_finite()) {
+        Some(i) => Err(MlError::format(format!(
+            "logit {i} is {} at position {pos}: the model's weights overflow f32 (corrupt or badly scaled \
+             tensor values)",
+            logits[i]
+        ))),
+        None => Ok(()),
     }
 }
 

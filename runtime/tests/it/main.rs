@@ -14,6 +14,7 @@ mod alloc_probe;
 mod support;
 
 mod asm;
+mod batch;
 mod bpe;
 mod cli;
 mod faults;

@@ -51,6 +51,8 @@ pub struct BenchArgs {
     ctx: super::CtxArg,
     #[command(flatten)]
     threads: super::ThreadsArg,
+    #[command(flatten)]
+    batch: super::BatchArg,
 }
 
 fn parse_shape(s: &str) -> std::result::Result<(usize, usize), String> {
@@ -93,7 +95,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let threads = a.threads.count();
     // The model is validated before anything is measured.
     let model = a.model.as_deref().map(Model::open).transpose()?;
-    let tf = model.as_ref().map(|m| a.ctx.transformer(m, threads)).transpose()?;
+    let mut tf = model.as_ref().map(|m| a.ctx.transformer(m, threads)).transpose()?;
+    if let Some(tf) = &mut tf {
+        a.batch.apply(tf)?;
+    }
     note!(
         "bench: tier {}, probing memory bandwidth ({} MiB buffer)...",
         kernels::TIER,

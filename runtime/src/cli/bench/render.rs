@@ -61,6 +61,7 @@ struct JsonModel<'a> {
     threads: usize,
     weight_bytes_per_token: usize,
     prompt_tokens: usize,
+    prompt_batch: usize,
     prompt_tok_per_s: f64,
     decode_tokens: usize,
     decode_tok_per_s: f64,
@@ -97,6 +98,7 @@ fn json_value<'a>(report: &'a Report, tier: &'a str, packed: bool) -> JsonReport
         threads,
         weight_bytes_per_token: m.bytes_per_token,
         prompt_tokens: m.prompt_tokens,
+        prompt_batch: m.prompt_batch,
         prompt_tok_per_s: round(m.prompt_tok_s, 3),
         decode_tokens: m.decode_tokens,
         decode_tok_per_s: round(m.decode_tok_s, 3),
@@ -174,7 +176,10 @@ pub(super) fn text(out: &mut dyn Write, report: &Report) -> Result<()> {
         )?;
         w(
             out,
-            format!("prompt: {} tokens at {:.1} tok/s", m.prompt_tokens, m.prompt_tok_s),
+            format!(
+                "prompt: {} tokens at {:.1} tok/s (batch {})",
+                m.prompt_tokens, m.prompt_tok_s, m.prompt_batch
+            ),
         )?;
         w(
             out,
@@ -224,6 +229,7 @@ mod tests {
                 wtype: "q8_0",
                 bytes_per_token: 1_000_000,
                 prompt_tokens: 16,
+                prompt_batch: 32,
                 prompt_tok_s: 123.456_789,
                 decode_tokens: 64,
                 decode_tok_s: 100.0,
@@ -252,6 +258,7 @@ mod tests {
         assert_eq!(m["threads"], 4);
         assert_eq!(m["weight_bytes_per_token"], 1_000_000);
         assert_eq!(m["prompt_tok_per_s"], 123.457);
+        assert_eq!(m["prompt_batch"], 32);
         // 2 GB/s over 1 MB per token: 2000 tok/s, of which 100 is 5%; the
         // probe's 20 GB/s (4 threads) allows 20000.
         assert_eq!(m["roofline_tok_per_s"], 2000.0);

@@ -14,6 +14,8 @@ pub(super) struct ModelRun {
     pub(super) wtype: &'static str,
     pub(super) bytes_per_token: usize,
     pub(super) prompt_tokens: usize,
+    /// Prompt tokens run together (`--batch`).
+    pub(super) prompt_batch: usize,
     pub(super) prompt_tok_s: f64,
     pub(super) decode_tokens: usize,
     pub(super) decode_tok_s: f64,
@@ -91,6 +93,7 @@ pub(super) fn bench_model(
         wtype: h.wtype.name(),
         bytes_per_token,
         prompt_tokens: prompt,
+        prompt_batch: tf.batch(),
         prompt_tok_s: prompt as f64 / prompt_time,
         decode_tokens: steps,
         decode_tok_s: steps as f64 / decode_time,
