@@ -102,7 +102,9 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
         });
         format!("{v}\n")
     } else {
-        let pm = tally.ppl_stderr().map_or("(no estimate)".to_string(), |e| format!("{e:.5}"));
+        let pm = tally
+            .ppl_stderr()
+            .map_or("(no estimate)".to_string(), |e| format!("{e:.5}"));
         format!(
             "PPL = {ppl:.4} +/- {pm} ({} tokens scored in {} windows of {}; {seconds:.1} s)\n",
             tally.count, plan.windows, plan.ctx

@@ -29,12 +29,7 @@ pub trait WindowLogits {
 
     /// Runs `window` from position 0 on a fresh context and calls
     /// `each(pos, logits)` for `pos` in `first..window.len() - 1`, in order.
-    fn window_logits(
-        &mut self,
-        window: &[u32],
-        first: usize,
-        each: &mut dyn FnMut(usize, &[f32]),
-    ) -> Result<()>;
+    fn window_logits(&mut self, window: &[u32], first: usize, each: &mut dyn FnMut(usize, &[f32])) -> Result<()>;
 }
 
 /// The per-token path: one `forward` per position. A new window starts at
@@ -48,12 +43,7 @@ impl WindowLogits for Transformer<'_> {
         self.header().vocab as usize
     }
 
-    fn window_logits(
-        &mut self,
-        window: &[u32],
-        first: usize,
-        each: &mut dyn FnMut(usize, &[f32]),
-    ) -> Result<()> {
+    fn window_logits(&mut self, window: &[u32], first: usize, each: &mut dyn FnMut(usize, &[f32])) -> Result<()> {
         for (pos, &token) in window[..window.len() - 1].iter().enumerate() {
             let logits = self.forward(token, pos)?;
             if pos >= first {
