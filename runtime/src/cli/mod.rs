@@ -4,6 +4,7 @@ mod bench;
 mod gen;
 mod info;
 mod logits;
+mod perplexity;
 mod run;
 mod sys;
 
@@ -34,6 +35,8 @@ pub enum Command {
     Chat(run::ChatArgs),
     /// Print, as JSON, the logits and greedy token of each step (for the harness).
     Logits(logits::LogitsArgs),
+    /// Score a text's perplexity as llama.cpp's perplexity tool does.
+    Perplexity(perplexity::PerplexityArgs),
     /// Print the token ids of a text.
     Tokenize(TokenizeArgs),
     /// Print a model's header, tensor table, size and parameter count.
@@ -63,6 +66,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => run::chat(a),
         Command::Logits(a) => logits::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
         Command::Tokenize(a) => tokenize(a),
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),

@@ -3,6 +3,7 @@
 pub mod bpe;
 pub mod format;
 pub mod gen;
+pub mod perplexity;
 pub mod prompt;
 pub mod sampler;
 pub mod streaming;

@@ -26,6 +26,7 @@ mod kernels;
 mod loader;
 mod memory;
 mod no_alloc;
+mod perplexity;
 mod quant;
 mod sampler;
 mod scalar_reference;
