@@ -41,6 +41,7 @@ fn default_golden() -> Vec<String> {
         "golden/logits_q8_0.snap".into(),
         "golden/logits_q4_0.snap".into(),
         "golden/logits_stories260k_q8_0.snap".into(),
+        "golden/logits_q8_0_long_batched.snap".into(),
     ]
 }
 fn default_tolerance() -> f64 {

@@ -15,6 +15,10 @@ pub struct Logits {
     /// Or the model file, relative to the repository root (snapshots only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The prompt batch to feed it with, `ml logits --batch` (snapshots
+    /// only; absent: `ml logits`'s default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<usize>,
     /// The tier that produced it (`ml logits` only).
     #[serde(default)]
     pub tier: Option<String>,
@@ -174,6 +178,7 @@ mod tests {
         Logits {
             gen_args: vec!["--seed".into(), "1".into()],
             model: None,
+            batch: None,
             tier: None,
             tokens: vec![1, 7],
             steps: vec![

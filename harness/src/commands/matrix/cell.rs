@@ -205,7 +205,7 @@ impl CellRun<'_> {
             .map(|t| t.to_string())
             .collect::<Vec<_>>()
             .join(",");
-        let args = vec![
+        let mut args = vec![
             "logits".to_string(),
             gold.model.display().to_string(),
             "--tokens".into(),
@@ -213,6 +213,9 @@ impl CellRun<'_> {
             "-n".into(),
             gold.logits.steps.len().to_string(),
         ];
+        if let Some(batch) = gold.logits.batch {
+            args.extend(["--batch".into(), batch.to_string()]);
+        }
         let out = match self.ml(&args) {
             Err(e) => return failed(format!("{e:#}")),
             Ok(out) => out,
