@@ -475,9 +475,13 @@ fn bench_json_holds_decode_against_the_bandwidth_read_during_it() {
         "--model",
         &model,
         "--prompt",
-        "3",
+        "3,5",
         "-n",
         "40",
+        "-r",
+        "2",
+        "--batch",
+        "4",
         "--probe-mib",
         "4",
         "--seconds",
@@ -487,10 +491,24 @@ fn bench_json_holds_decode_against_the_bandwidth_read_during_it() {
     ]);
     assert!(o.status.success(), "ml bench failed: {}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+    // llama-bench's tests: pp3 and pp5 in chunks of 4, tg40 one at a time.
+    let speed = v["speed"].as_array().expect("speed rows");
+    let tests: Vec<(&str, u64, u64, u64)> = speed
+        .iter()
+        .map(|r| {
+            assert!(r["tok_per_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+            assert!(r["stdev"].as_f64().is_some_and(|s| s >= 0.0), "{r}");
+            assert_eq!(r["threads"], 1, "{r}");
+            assert_eq!(r["runs"], 2, "{r}");
+            let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {r}"));
+            (r["test"].as_str().unwrap_or(""), n("tokens"), n("batch"), n("runs"))
+        })
+        .collect();
+    assert_eq!(tests, [("pp3", 3, 4, 2), ("pp5", 5, 4, 2), ("tg40", 40, 1, 2)]);
     let m = &v["model"];
     let num = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("model.{k} missing in {m}"));
     assert_eq!(num("decode_tokens"), 40.0);
-    assert_eq!(num("prompt_tokens"), 3.0);
+    assert_eq!(num("prompt_tokens"), 16.0);
     // ml gen's default shape in Q4_0 (20 bytes per 32 weights): per layer
     // wq, wo 64×64, wk, wv 32×64, w1, w2, w3 128×64 (36864 weights, 23040
     // bytes) and two norms of 64 f32 (512 bytes), for 2 layers; the final

@@ -39,6 +39,12 @@ pub fn bench_row(sh: &Shell, ctx: &Ctx, plan: &RowPlan, ml: &Path) -> Option<Ben
         "0.3",
         "-n",
         "64",
+        // The report reads the roofline decode; one short ppN and one run
+        // keep the llama-bench table's cost small.
+        "-p",
+        "16",
+        "-r",
+        "1",
         "--model",
     ]
     .iter()

@@ -5,13 +5,15 @@
 //! bandwidth ÷ weight bytes per token: that quotient is the roofline, and
 //! the fraction of it reached says how much speed is left on the table.
 //!
-//! `measure` times the kernels and probes the bandwidth, `roofline` times a
-//! model's decode against the bandwidth of its own weights, `render` prints
-//! the tables or the JSON.
+//! `measure` times the kernels and probes the bandwidth, `speed` times a
+//! model's prompt processing and decode as llama-bench does (pp128, pp512,
+//! tg128 per thread count), `roofline` times its decode against the
+//! bandwidth of its own weights, `render` prints the tables or the JSON.
 
 mod measure;
 mod render;
 mod roofline;
+mod speed;
 
 use legacy_ml::core::quant::QK;
 use legacy_ml::kernels;
@@ -21,16 +23,23 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// A .mlb model to time decoding with (prompt, then generated tokens),
-    /// against its roofline: the bandwidth of a bare sum over its own weights.
+    /// A .mlb model to time: prompt processing and decode per thread count
+    /// as llama-bench reports them (ppN, tgN: tok/s, mean ± sd of the
+    /// repetitions), and decode against its roofline: the bandwidth of a
+    /// bare sum over its own weights.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Prompt tokens fed before timing decode.
-    #[arg(long, default_value_t = 16)]
-    prompt: usize,
-    /// Tokens generated while timing decode, at least 1.
-    #[arg(short = 'n', long, default_value_t = 64, allow_negative_numbers = true, value_parser = super::count)]
+    /// Prompt lengths to time (ppN: the prompt fed from position 0 in
+    /// chunks of --batch), comma-separated, as llama-bench's -p.
+    #[arg(short = 'p', long, value_delimiter = ',', default_value = "128,512", allow_negative_numbers = true, value_parser = super::count)]
+    prompt: Vec<usize>,
+    /// Tokens generated per decode run (tgN, after a one-token prompt; also
+    /// the roofline decode's length), at least 1, as llama-bench's -n.
+    #[arg(short = 'n', long, default_value_t = 128, allow_negative_numbers = true, value_parser = super::count)]
     steps: usize,
+    /// Timed runs of each test, at least 1, after an untimed warm-up run.
+    #[arg(short = 'r', long, default_value_t = 3, allow_negative_numbers = true, value_parser = super::count)]
+    repetitions: usize,
     /// Size of the peak bandwidth probe's buffer in MiB (far larger than the last-level cache).
     #[arg(long, default_value_t = 512)]
     probe_mib: usize,
@@ -49,10 +58,30 @@ pub struct BenchArgs {
     shapes: Vec<(usize, usize)>,
     #[command(flatten)]
     ctx: super::CtxArg,
-    #[command(flatten)]
-    threads: super::ThreadsArg,
+    /// Thread counts to time the model at, comma-separated, each at least 1
+    /// (default: one per CPU, at most 8; builds without feature `threads`
+    /// always use 1). The kernel table, the bandwidth probe and the
+    /// roofline use the largest.
+    #[arg(long = "threads", value_delimiter = ',', allow_negative_numbers = true, value_parser = super::count)]
+    threads: Vec<usize>,
     #[command(flatten)]
     batch: super::BatchArg,
+}
+
+/// The `--threads` list as the thread counts a run gets (capped, or 1
+/// without feature `threads`), deduplicated, in the order given.
+fn thread_counts(asked: &[usize]) -> Vec<usize> {
+    if asked.is_empty() {
+        return vec![super::ThreadsArg { threads: None }.count()];
+    }
+    let mut counts: Vec<usize> = Vec::new();
+    for &n in asked {
+        let n = super::ThreadsArg { threads: Some(n) }.count();
+        if !counts.contains(&n) {
+            counts.push(n);
+        }
+    }
+    counts
 }
 
 fn parse_shape(s: &str) -> std::result::Result<(usize, usize), String> {
@@ -77,6 +106,8 @@ struct Report {
     bw1: f64,
     bwn: f64,
     kernels: Vec<measure::KernelRow>,
+    /// ppN / tgN per thread count (empty without a model).
+    speed: Vec<speed::SpeedRow>,
     model: Option<roofline::ModelRun>,
 }
 
@@ -92,13 +123,10 @@ impl Report {
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
-    let threads = a.threads.count();
+    let counts = thread_counts(&a.threads);
+    let threads = counts.iter().copied().max().unwrap_or(1);
     // The model is validated before anything is measured.
     let model = a.model.as_deref().map(Model::open).transpose()?;
-    let mut tf = model.as_ref().map(|m| a.ctx.transformer(m, threads)).transpose()?;
-    if let Some(tf) = &mut tf {
-        a.batch.apply(tf)?;
-    }
     note!(
         "bench: tier {}, probing memory bandwidth ({} MiB buffer)...",
         kernels::TIER,
@@ -119,18 +147,32 @@ pub fn run(a: BenchArgs) -> Result<()> {
             kernel_rows.extend(measure::bench_threaded_matvec(a.seconds, threads)?);
         }
     }
-    let model_run = match (&a.model, &model, tf) {
-        (Some(p), Some(model), Some(tf)) => {
-            note!("bench: decoding {} on {threads} thread(s)...", p.display());
-            Some(roofline::bench_model(p, model, tf, a.prompt, a.steps, threads)?)
+    let mut speed_rows = Vec::new();
+    let mut model_run = None;
+    if let (Some(p), Some(model)) = (&a.model, &model) {
+        for &n in &counts {
+            let mut tf = a.ctx.transformer(model, n)?;
+            a.batch.apply(&mut tf)?;
+            note!(
+                "bench: {} on {n} thread(s): pp{} and tg{}, {} run(s) each...",
+                p.display(),
+                a.prompt.iter().map(usize::to_string).collect::<Vec<_>>().join(", pp"),
+                a.steps,
+                a.repetitions
+            );
+            speed_rows.extend(speed::llama_bench(&mut tf, &a.prompt, a.steps, a.repetitions)?);
+            if n == threads {
+                note!("bench: decode against the roofline on {n} thread(s)...");
+                model_run = Some(roofline::bench_model(p, model, tf, a.steps, n)?);
+            }
         }
-        _ => None,
-    };
+    }
     let report = Report {
         threads,
         bw1,
         bwn,
         kernels: kernel_rows,
+        speed: speed_rows,
         model: model_run,
     };
     let stdout = std::io::stdout();

@@ -38,7 +38,21 @@ struct JsonReport<'a> {
     /// Keyed by thread count: "1", and `threads` (one key when that is 1).
     bandwidth_gb_per_s: BTreeMap<String, f64>,
     kernels: Vec<JsonKernel<'a>>,
+    /// llama-bench's tests: ppN and tgN per thread count.
+    speed: Vec<JsonSpeed<'a>>,
     model: Option<JsonModel<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonSpeed<'a> {
+    threads: usize,
+    test: &'a str,
+    tokens: usize,
+    batch: usize,
+    /// Mean over the runs, and their sample standard deviation.
+    tok_per_s: f64,
+    stdev: f64,
+    runs: usize,
 }
 
 #[derive(Serialize)]
@@ -107,12 +121,26 @@ fn json_value<'a>(report: &'a Report, tier: &'a str, packed: bool) -> JsonReport
         roofline_fraction: round(m.decode_tok_s / m.roofline_tok_s(), 4),
         peak_roofline_fraction: round(m.decode_tok_s / m.roofline_tok_s_at(report.bandwidth(threads)), 4),
     });
+    let speed = report
+        .speed
+        .iter()
+        .map(|r| JsonSpeed {
+            threads: r.threads,
+            test: &r.test,
+            tokens: r.tokens,
+            batch: r.batch,
+            tok_per_s: round(r.mean(), 3),
+            stdev: round(r.stdev(), 3),
+            runs: r.runs.len(),
+        })
+        .collect();
     JsonReport {
         tier,
         packed_matrices: packed,
         threads,
         bandwidth_gb_per_s,
         kernels,
+        speed,
         model,
     }
 }
@@ -174,10 +202,26 @@ pub(super) fn text(out: &mut dyn Write, report: &Report) -> Result<()> {
                 m.bytes_per_token as f64 / 1e6
             ),
         )?;
+        if !report.speed.is_empty() {
+            w(out, String::new())?;
+            w(
+                out,
+                format!("| {:>7} | {:>5} | {:>7} | {:>18} |", "threads", "batch", "test", "t/s"),
+            )?;
+            w(out, "| ------: | ----: | ------: | -----------------: |".to_string())?;
+            for r in &report.speed {
+                let tps = format!("{:.2} ± {:.2}", r.mean(), r.stdev());
+                w(
+                    out,
+                    format!("| {:>7} | {:>5} | {:>7} | {:>18} |", r.threads, r.batch, r.test, tps),
+                )?;
+            }
+            w(out, String::new())?;
+        }
         w(
             out,
             format!(
-                "prompt: {} tokens at {:.1} tok/s (batch {})",
+                "roofline run: a {}-token prompt at {:.1} tok/s (batch {})",
                 m.prompt_tokens, m.prompt_tok_s, m.prompt_batch
             ),
         )?;
@@ -235,6 +279,13 @@ mod tests {
                 decode_tok_s: 100.0,
                 decode_bandwidth_gbps,
             }),
+            speed: vec![super::super::speed::SpeedRow {
+                threads: 2,
+                test: "pp128".into(),
+                tokens: 128,
+                batch: 32,
+                runs: vec![300.0, 310.0, 320.0],
+            }],
         }
     }
 
@@ -267,6 +318,12 @@ mod tests {
         assert_eq!(v["threads"], 4);
         assert_eq!(v["bandwidth_gb_per_s"]["1"], 10.0);
         assert_eq!(v["bandwidth_gb_per_s"]["4"], 20.0);
+        let pp = &v["speed"][0];
+        assert_eq!(
+            (&pp["test"], &pp["threads"], &pp["tokens"], &pp["batch"], &pp["runs"]),
+            (&"pp128".into(), &2.into(), &128.into(), &32.into(), &3.into())
+        );
+        assert_eq!((&pp["tok_per_s"], &pp["stdev"]), (&310.0.into(), &10.0.into()));
         let k = &v["kernels"][0];
         assert_eq!(k["shape"], "4096x4096 (4096x4096) cold");
         assert_eq!(k["seconds"], 1e-4);
@@ -279,6 +336,7 @@ mod tests {
             "threads",
             "bandwidth_gb_per_s",
             "kernels",
+            "speed",
             "model",
         ] {
             assert!(keys.contains(&key), "{key} missing from {keys:?}");

@@ -52,11 +52,14 @@ fn weights_read_per_token(model: &Model) -> Vec<&[u8]> {
 /// leaves the caches as a decode step would.
 pub(super) const DECODE_CHUNK: usize = 4;
 
+/// Prompt tokens before the roofline's decode: a short context, so that
+/// the decode's time is the weights' and not the attention's.
+const PROMPT: usize = 16;
+
 pub(super) fn bench_model(
     path: &std::path::Path,
     model: &Model,
     mut tf: Transformer<'_>,
-    prompt: usize,
     steps: usize,
     threads: usize,
 ) -> Result<ModelRun> {
@@ -64,7 +67,7 @@ pub(super) fn bench_model(
     let bytes_per_token: usize = weights.iter().map(|s| s.len()).sum();
     let h = *tf.header();
     let max_seq = h.max_seq as usize;
-    let prompt = prompt.clamp(1, max_seq.saturating_sub(1).max(1));
+    let prompt = PROMPT.clamp(1, max_seq.saturating_sub(1).max(1));
     let steps = steps.min(max_seq - prompt).max(1);
     let tokens: Vec<u32> = (0..prompt as u32).map(|i| (i * 7919 + 1) % h.vocab).collect();
     // Warm-up pass: page the weights in so the first timing is not disk.
