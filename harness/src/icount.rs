@@ -24,6 +24,11 @@ use xshell::{cmd, Shell};
 /// The two run lengths (tokens generated after a one-token prompt).
 pub const SHORT_RUN: u32 = 8;
 pub const LONG_RUN: u32 = 24;
+/// Prompt lengths whose difference gives the instructions per prompt
+/// token: 32 more tokens, one full chunk of `ml run`'s default batch, fed
+/// through the batched prefill (issue 15), each run generating one token.
+pub const SHORT_PROMPT: u32 = 8;
+pub const LONG_PROMPT: u32 = 40;
 /// Functions kept per measurement in the report.
 pub const TOP_FUNCTIONS: usize = 5;
 
@@ -148,6 +153,10 @@ pub struct TokenCost {
     pub model: String,
     /// Guest instructions per decoded token.
     pub per_token: f64,
+    /// Guest instructions per prompt token, through the batched prefill
+    /// (`ml run` with `LONG_PROMPT` − `SHORT_PROMPT` prompt tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_prompt_token: Option<f64>,
     /// Totals of the short and the long run.
     pub short_total: u64,
     pub long_total: u64,
@@ -184,9 +193,28 @@ pub fn token_cost(model: &str, short: &Counts, long: &Counts) -> TokenCost {
         short_total: short.total,
         long_total: long.total,
         top,
+        per_prompt_token: None,
         repeated_exactly: None,
         seconds: 0.0,
     }
+}
+
+/// Per prompt token from the totals of the short and the long prompt.
+pub fn prompt_token_cost(short: &Counts, long: &Counts) -> f64 {
+    (long.total as f64 - short.total as f64) / f64::from(LONG_PROMPT - SHORT_PROMPT)
+}
+
+/// `ml run MODEL --tokens <n ids> -n 1 --temp 0 --seed 1 --threads 1
+/// --no-stats`: the prompt through the batched prefill at `ml run`'s
+/// default batch, then one greedy token. The ids cycle through the golden
+/// models' 256-token vocabulary without repeating neighbours.
+pub fn prompt_args(model: &Path, prompt_tokens: u32) -> Vec<String> {
+    let ids: Vec<String> = (0..prompt_tokens)
+        .map(|i| ((37 * i + 11) % 255 + 1).to_string())
+        .collect();
+    let mut args = run_args(model, 1);
+    args[3] = ids.join(",");
+    args
 }
 
 /// `ml run MODEL --tokens 1 -n N --temp 0 --seed 1 --threads 1 --no-stats`:
@@ -317,20 +345,28 @@ fn tables(rows: &[RowReport]) -> Vec<TargetTable<'_>> {
 }
 
 /// The scalar row's figure for `model` on `cpu` of a target, if any.
-fn scalar_cost(rows: &[(&RowReport, BTreeMap<String, &[TokenCost]>)], cpu: &str, model: &str) -> Option<f64> {
+fn scalar_cost(rows: &[(&RowReport, BTreeMap<String, &[TokenCost]>)], cpu: &str, model: &str) -> Option<TokenCost> {
     rows.iter()
         .filter(|(r, _)| r.tier == "scalar" && r.cargo_features.is_empty())
-        .find_map(|(_, cells)| cells.get(cpu)?.iter().find(|t| t.model == model).map(|t| t.per_token))
+        .find_map(|(_, cells)| cells.get(cpu)?.iter().find(|t| t.model == model).cloned())
 }
 
-fn cost_text(costs: &[TokenCost], scalar: impl Fn(&str) -> Option<f64>) -> String {
+fn cost_text(costs: &[TokenCost], scalar: impl Fn(&str) -> Option<TokenCost>) -> String {
+    let ratio = |scalar: Option<f64>, this: f64| {
+        scalar
+            .filter(|s| *s > 0.0 && this > 0.0)
+            .map_or(String::new(), |s| format!(" ({:.2}×)", s / this))
+    };
     costs
         .iter()
         .map(|t| {
-            let ratio = scalar(&t.model)
-                .filter(|s| *s > 0.0 && t.per_token > 0.0)
-                .map_or(String::new(), |s| format!(" ({:.2}×)", s / t.per_token));
-            format!("{} {}{ratio}", short_model(&t.model), mega(t.per_token))
+            let base = scalar(&t.model);
+            let decode = ratio(base.as_ref().map(|b| b.per_token), t.per_token);
+            let prompt = t.per_prompt_token.map_or(String::new(), |p| {
+                let r = ratio(base.as_ref().and_then(|b| b.per_prompt_token), p);
+                format!(", prompt {}{r}", mega(p))
+            });
+            format!("{} {}{decode}{prompt}", short_model(&t.model), mega(t.per_token))
         })
         .collect::<Vec<_>>()
         .join(" · ")
@@ -357,7 +393,7 @@ pub fn counting_seconds(rows: &[RowReport]) -> f64 {
 pub fn markdown(rows: &[RowReport]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let _ = writeln!(s, "## Instructions per decoded token (qemu)\n");
+    let _ = writeln!(s, "## Instructions per token (qemu)\n");
     let t = tables(rows);
     if t.is_empty() {
         let _ = writeln!(s, "No figures: no pass cell ran under qemu with the counting plugin.\n");
@@ -367,10 +403,13 @@ pub fn markdown(rows: &[RowReport]) -> String {
         s,
         "Guest instructions per decoded token, counted by `qemu/plugins/icount.c` on one thread: \
          (`ml run -n {LONG_RUN}` − `-n {SHORT_RUN}`) / {} on the random-weight golden models; \
+         then per prompt token, (a {LONG_PROMPT}-token prompt − a {SHORT_PROMPT}-token one) / {}, \
+         fed through the batched prefill in chunks of 32; \
          in brackets the scalar build's count on the same CPU divided by this one. Exact and \
          repeatable (every cell's first model is run twice and must count the same), but not a \
          speed: see README, \"Cost under emulation\". Counting took {:.0} s of the cells' time.\n",
         LONG_RUN - SHORT_RUN,
+        LONG_PROMPT - SHORT_PROMPT,
         counting_seconds(rows)
     );
     for (target, cpus, trows) in &t {
@@ -512,6 +551,7 @@ mod tests {
             c.icount = vec![TokenCost {
                 model: "q8".into(),
                 per_token: *cost,
+                per_prompt_token: Some(cost / 4.0),
                 short_total: 0,
                 long_total: 0,
                 top: vec![],
@@ -543,5 +583,41 @@ mod tests {
         );
         assert!(b[0].message.contains("+131.2%"), "{}", b[0].message);
         // On a64fx dotprod did not run: sve is compared with neon, and wins.
+    }
+
+    #[test]
+    fn prompt_runs_differ_only_in_their_prompt_and_cost_is_per_extra_token() {
+        let m = Path::new("m.mlb");
+        let (short, long) = (prompt_args(m, SHORT_PROMPT), prompt_args(m, LONG_PROMPT));
+        let ids = |a: &[String]| a[3].split(',').map(|t| t.parse::<u32>().unwrap()).collect::<Vec<_>>();
+        assert_eq!(ids(&short).len(), SHORT_PROMPT as usize);
+        assert_eq!(ids(&long).len(), LONG_PROMPT as usize);
+        assert_eq!(
+            ids(&long)[..SHORT_PROMPT as usize],
+            ids(&short)[..],
+            "the short prompt is the long one's start"
+        );
+        assert!(ids(&long).iter().all(|&t| (1..256).contains(&t)));
+        let (mut a, mut b) = (short.clone(), long.clone());
+        a.remove(3);
+        b.remove(3);
+        assert_eq!(a, b);
+        assert_eq!(&short[4..6], ["-n", "1"]);
+        let counts = |total| Counts {
+            total,
+            functions: vec![],
+        };
+        let per = prompt_token_cost(&counts(1_000), &counts(1_000 + 32 * 7));
+        assert_eq!(per, 7.0);
+    }
+
+    #[test]
+    fn the_table_gives_prompt_and_decode_with_their_scalar_multiples() {
+        let rows = vec![
+            row("scalar", "scalar", &[], &[("max", 8.0e6)]),
+            row("neon", "neon", &["isa-neon"], &[("max", 2.0e6)]),
+        ];
+        let md = markdown(&rows);
+        assert!(md.contains("Q8 2.00 M (4.00×), prompt 500 k (4.00×)"), "{md}");
     }
 }

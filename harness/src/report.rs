@@ -217,7 +217,7 @@ pub struct CellReport {
     pub e2e: Vec<E2e>,
     pub guard: Option<GuardMessage>,
     pub seconds: f64,
-    /// Guest instructions per decoded token, per golden model (pass cells
+    /// Guest instructions per decoded and per prompt token, per golden model (pass cells
     /// under qemu; `harness::icount`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub icount: Vec<crate::icount::TokenCost>,

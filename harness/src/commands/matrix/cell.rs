@@ -348,23 +348,22 @@ impl CellRun<'_> {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
         let mut costs = Vec::new();
-        for (i, g) in ctx.golds.iter().filter(|g| g.logits.model.is_none()).enumerate() {
+        // The random-weight models, once each: the batched golden reuses
+        // the Q8_0 one.
+        let models = ctx
+            .golds
+            .iter()
+            .filter(|g| g.logits.model.is_none() && g.logits.batch.is_none());
+        for (i, g) in models.enumerate() {
             let out = |n: u32, k: &str| dir.join(format!("{safe_label}-{}-{n}{k}.txt", g.name));
             let seconds = std::cell::Cell::new(0.0);
-            let count = |n: u32, k: &str| {
-                icount::run_counted(
-                    runner,
-                    plugin,
-                    ml,
-                    &icount::run_args(&g.model, n),
-                    &out(n, k),
-                    ctx.timeout(),
-                )
-                .map(|(c, run)| {
+            let count_args = |args: &[String], file: &std::path::Path| {
+                icount::run_counted(runner, plugin, ml, args, file, ctx.timeout()).map(|(c, run)| {
                     seconds.set(seconds.get() + run.seconds);
                     c
                 })
             };
+            let count = |n: u32, k: &str| count_args(&icount::run_args(&g.model, n), &out(n, k));
             let short = count(icount::SHORT_RUN, "")?;
             let long = count(icount::LONG_RUN, "")?;
             let mut cost = icount::token_cost(&g.name, &short, &long);
@@ -381,6 +380,9 @@ impl CellRun<'_> {
                 }
                 cost.repeated_exactly = Some(true);
             }
+            let prompt = |n: u32| count_args(&icount::prompt_args(&g.model, n), &out(n, "-prompt"));
+            let (short_prompt, long_prompt) = (prompt(icount::SHORT_PROMPT)?, prompt(icount::LONG_PROMPT)?);
+            cost.per_prompt_token = Some(icount::prompt_token_cost(&short_prompt, &long_prompt));
             cost.seconds = seconds.get();
             costs.push(cost);
         }
