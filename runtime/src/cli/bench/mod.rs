@@ -17,6 +17,7 @@ mod speed;
 
 use legacy_ml::core::quant::QK;
 use legacy_ml::kernels;
+use legacy_ml::model::transformer::Transformer;
 use legacy_ml::model::Model;
 use legacy_ml::Result;
 use std::path::PathBuf;
@@ -125,8 +126,11 @@ impl Report {
 pub fn run(a: BenchArgs) -> Result<()> {
     let counts = thread_counts(&a.threads);
     let threads = counts.iter().copied().max().unwrap_or(1);
-    // The model is validated before anything is measured.
+    // The model and its context are validated (and a capped context said)
+    // before anything is measured; the other thread counts reuse the context.
     let model = a.model.as_deref().map(Model::open).transpose()?;
+    let mut first = model.as_ref().map(|m| a.ctx.transformer(m, counts[0])).transpose()?;
+    let ctx = first.as_ref().map_or(0, |tf| tf.header().max_seq as usize);
     note!(
         "bench: tier {}, probing memory bandwidth ({} MiB buffer)...",
         kernels::TIER,
@@ -151,7 +155,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut model_run = None;
     if let (Some(p), Some(model)) = (&a.model, &model) {
         for &n in &counts {
-            let mut tf = a.ctx.transformer(model, n)?;
+            let mut tf = match first.take() {
+                Some(tf) => tf,
+                None => Transformer::with_context(model, n, ctx)?,
+            };
             a.batch.apply(&mut tf)?;
             note!(
                 "bench: {} on {n} thread(s): pp{} and tg{}, {} run(s) each...",
