@@ -911,7 +911,13 @@ unsafe fn group_quads_tile<const PACKED: bool, const T: usize>(
         // SAFETY: blocks b..b+4 of every token's activation and of the
         // group's rows exist (b + 4 ≤ 4·quads ≤ nb), with their scales.
         unsafe {
-            let w = [0, 1, 2, 3].map(|j| q4_quad_nibbles(g.at(j, b * bb)));
+            // Spelled out, not `map`: a closure here was not inlined.
+            let w = [
+                q4_quad_nibbles(g.at(0, b * bb)),
+                q4_quad_nibbles(g.at(1, b * bb)),
+                q4_quad_nibbles(g.at(2, b * bb)),
+                q4_quad_nibbles(g.at(3, b * bb)),
+            ];
             let dw = g.dw_quad(b);
             for t in 0..T {
                 let xb = x_quad_q4(act[t].q.add(b * QK), act[t].d.add(b));
@@ -948,12 +954,21 @@ unsafe fn group_pairs_q8_tile<const PACKED: bool, const T: usize>(
         // SAFETY: blocks b and b+1 of every token's activation and of the
         // group's rows exist, with their scales.
         unsafe {
-            let w = [0, 1, 2, 3].map(|j| load_w2_biased(g.at(j, b * QK)));
+            let w = [
+                load_w2_biased(g.at(0, b * QK)),
+                load_w2_biased(g.at(1, b * QK)),
+                load_w2_biased(g.at(2, b * QK)),
+                load_w2_biased(g.at(3, b * QK)),
+            ];
             let dw = g.dw4x2(b);
             for t in 0..T {
                 let xb = x_pair_q8(act[t], b);
-                let dot = |w: __m512i| _mm512_dpbusd_epi32(xb.bias, w, xb.x);
-                let sumi = hsum4x2_epi32(dot(w[0]), dot(w[1]), dot(w[2]), dot(w[3]));
+                let sumi = hsum4x2_epi32(
+                    _mm512_dpbusd_epi32(xb.bias, w[0], xb.x),
+                    _mm512_dpbusd_epi32(xb.bias, w[1], xb.x),
+                    _mm512_dpbusd_epi32(xb.bias, w[2], xb.x),
+                    _mm512_dpbusd_epi32(xb.bias, w[3], xb.x),
+                );
                 acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dw), xb.dx, acc[t]);
             }
         }
@@ -981,20 +996,26 @@ unsafe fn group_tile<const Q4: bool, const PACKED: bool, const T: usize>(
     out: usize,
 ) -> usize {
     let (cols, xnb) = (x.cols, x.cols / QK);
-    // Token t's activation at t·cols, as `QActs::token` slices it.
-    let act: [Act; T] = std::array::from_fn(|t| Act {
-        q: x.q.as_ptr().wrapping_add((t0 + t) * cols),
-        d: x.d.as_ptr().wrapping_add((t0 + t) * xnb),
-    });
+    // Token t's activation at t·cols, as `QActs::token` slices it. A loop,
+    // not `from_fn`, which was not inlined.
+    let mut act = [Act {
+        q: x.q.as_ptr(),
+        d: x.d.as_ptr(),
+    }; T];
+    for (t, a) in act.iter_mut().enumerate() {
+        a.q = x.q.as_ptr().wrapping_add((t0 + t) * cols);
+        a.d = x.d.as_ptr().wrapping_add((t0 + t) * xnb);
+    }
     let nb = g.nb;
     // SAFETY: every token's activation holds nb blocks and the group's rows
     // are in bounds (the caller's contract); y[t] holds out + 4 values.
     unsafe {
         let (acc4, mut acc) = if Q4 {
-            (
-                group_quads_tile::<PACKED, T>(g, &act, quads),
-                act.map(|a| group_pairs::<true, PACKED>(g, a, 4 * quads, pairs, &[])),
-            )
+            let mut acc = [_mm256_setzero_ps(); T];
+            for t in 0..T {
+                acc[t] = group_pairs::<true, PACKED>(g, act[t], 4 * quads, pairs, &[]);
+            }
+            (group_quads_tile::<PACKED, T>(g, &act, quads), acc)
         } else {
             (
                 [_mm512_setzero_ps(); T],

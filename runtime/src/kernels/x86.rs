@@ -450,8 +450,12 @@ macro_rules! matmul_by_row_groups {
             let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
             // Token t's activation at t·cols, as `QActs::token` slices it.
             let (cols, xnb) = (x.cols, x.cols / QK);
-            let xq: [*const i8; T] = std::array::from_fn(|t| x.q.as_ptr().wrapping_add((t0 + t) * cols));
-            let xd: [*const f32; T] = std::array::from_fn(|t| x.d.as_ptr().wrapping_add((t0 + t) * xnb));
+            // Loops, not `from_fn` or closures, which were not inlined.
+            let (mut xq, mut xd) = ([x.q.as_ptr(); T], [x.d.as_ptr(); T]);
+            for t in 0..T {
+                xq[t] = x.q.as_ptr().wrapping_add((t0 + t) * cols);
+                xd[t] = x.d.as_ptr().wrapping_add((t0 + t) * xnb);
+            }
             let mut acc = [_mm_setzero_ps(); T];
             for b in 0..nb {
                 super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
@@ -459,8 +463,10 @@ macro_rules! matmul_by_row_groups {
                 // each token's activation block b are in bounds (the
                 // caller's contract).
                 unsafe {
-                    let w = |j: usize| load_w::<Q4>(wq.add((r + j) * stride + b * bb));
-                    let (w0, w1, w2, w3) = (w(0), w(1), w(2), w(3));
+                    let w0 = load_w::<Q4>(wq.add(r * stride + b * bb));
+                    let w1 = load_w::<Q4>(wq.add((r + 1) * stride + b * bb));
+                    let w2 = load_w::<Q4>(wq.add((r + 2) * stride + b * bb));
+                    let w3 = load_w::<Q4>(wq.add((r + 3) * stride + b * bb));
                     let dw = super::x86::row_scales(wd, r, nb, b);
                     for t in 0..T {
                         let xb = load_x(xq[t].add(b * QK));
