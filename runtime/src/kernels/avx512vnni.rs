@@ -825,6 +825,24 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
 /// float accumulators and four rows' weights fit the 32 registers.
 const TOKENS: usize = 4;
 
+/// Four-row groups run one tile after another: the tile's activations are
+/// prepared once for them all, and their weights stay in cache between
+/// tiles.
+const CHUNK_GROUPS: usize = 8;
+
+/// A tile's Q4 activation quads per token, prepared once per chunk when a
+/// row has at most this many (K ≤ 4096), and Q8_0's pairs likewise.
+const TILE_QUADS: usize = 32;
+const TILE_PAIRS: usize = 64;
+
+/// A tile's prepared activations, token t's quad or pair i at
+/// t·quads + i (t·pairs + i); empty when a row has too many.
+#[derive(Clone, Copy)]
+struct Hoisted<'a> {
+    quads: &'a [XQuadQ4],
+    pairs: &'a [XPairQ8],
+}
+
 /// A Q8_0 activation pair for the matmul: vpdpbusd's unsigned operand is
 /// the weight plus 128 (one xor per weight, shared by the tile's tokens,
 /// where the matvec's sign transfer costs one op per row and token), and
@@ -902,6 +920,7 @@ unsafe fn group_quads_tile<const PACKED: bool, const T: usize>(
     g: Group<PACKED>,
     act: &[Act; T],
     quads: usize,
+    hoisted: &[XQuadQ4],
 ) -> [__m512; T] {
     let bb = Q4_BLOCK_BYTES;
     let mut acc4 = [_mm512_setzero_ps(); T];
@@ -920,7 +939,10 @@ unsafe fn group_quads_tile<const PACKED: bool, const T: usize>(
             ];
             let dw = g.dw_quad(b);
             for t in 0..T {
-                let xb = x_quad_q4(act[t].q.add(b * QK), act[t].d.add(b));
+                let xb = match hoisted.get(t * quads + qd) {
+                    Some(&xb) => xb,
+                    None => x_quad_q4(act[t].q.add(b * QK), act[t].d.add(b)),
+                };
                 let sumi = hsum4_lanes(
                     q4_quad_dot_split(w[0], &xb),
                     q4_quad_dot_split(w[1], &xb),
@@ -946,6 +968,7 @@ unsafe fn group_pairs_q8_tile<const PACKED: bool, const T: usize>(
     g: Group<PACKED>,
     act: &[Act; T],
     pairs: usize,
+    hoisted: &[XPairQ8],
 ) -> [__m256; T] {
     let mut acc = [_mm256_setzero_ps(); T];
     for p in 0..pairs {
@@ -962,7 +985,10 @@ unsafe fn group_pairs_q8_tile<const PACKED: bool, const T: usize>(
             ];
             let dw = g.dw4x2(b);
             for t in 0..T {
-                let xb = x_pair_q8(act[t], b);
+                let xb = match hoisted.get(t * pairs + p) {
+                    Some(&xb) => xb,
+                    None => x_pair_q8(act[t], b),
+                };
                 let sumi = hsum4x2_epi32(
                     _mm512_dpbusd_epi32(xb.bias, w[0], xb.x),
                     _mm512_dpbusd_epi32(xb.bias, w[1], xb.x),
@@ -993,6 +1019,7 @@ unsafe fn group_tile<const Q4: bool, const PACKED: bool, const T: usize>(
     t0: usize,
     quads: usize,
     pairs: usize,
+    hoisted: Hoisted,
     out: usize,
 ) -> usize {
     let (cols, xnb) = (x.cols, x.cols / QK);
@@ -1015,11 +1042,11 @@ unsafe fn group_tile<const Q4: bool, const PACKED: bool, const T: usize>(
             for t in 0..T {
                 acc[t] = group_pairs::<true, PACKED>(g, act[t], 4 * quads, pairs, &[]);
             }
-            (group_quads_tile::<PACKED, T>(g, &act, quads), acc)
+            (group_quads_tile::<PACKED, T>(g, &act, quads, hoisted.quads), acc)
         } else {
             (
                 [_mm512_setzero_ps(); T],
-                group_pairs_q8_tile::<PACKED, T>(g, &act, pairs),
+                group_pairs_q8_tile::<PACKED, T>(g, &act, pairs, hoisted.pairs),
             )
         };
         for t in 0..T {
@@ -1032,11 +1059,13 @@ unsafe fn group_tile<const Q4: bool, const PACKED: bool, const T: usize>(
     T
 }
 
-/// The matmul: `matvec`'s four-row groups from r0, each run for the tokens
-/// `TOKENS` at a time (then a tile of the leftover count), so each weight
-/// block is loaded once per tile rather than once per token; the rows
-/// after the last whole group are `matvec`'s own tail, token by token. Every
-/// (row, token) keeps the matvec's accumulators and float steps.
+/// The matmul: `matvec`'s four-row groups from r0, `CHUNK_GROUPS` at a
+/// time; for each chunk the tokens go `TOKENS` at a time (then a tile of
+/// the leftover count), each tile's activations prepared once for the
+/// chunk, and each weight block is loaded once per tile rather than once
+/// per token. The rows after the last whole group are `matvec`'s own tail,
+/// token by token. Every (row, token) keeps the matvec's accumulators and
+/// float steps, so the chunking changes no bit.
 ///
 /// # Safety
 ///
@@ -1057,23 +1086,71 @@ unsafe fn matmul<const Q4: bool, const PACKED: bool>(
     let quads = if Q4 { nb / 4 } else { 0 };
     let pairs = (nb - 4 * quads) / 2;
     let n = x.n;
+    let (cols, xnb) = (x.cols, x.cols / QK);
+    let mut xquads = [std::mem::MaybeUninit::<XQuadQ4>::uninit(); TOKENS * TILE_QUADS];
+    let mut xpairs = [std::mem::MaybeUninit::<XPairQ8>::uninit(); TOKENS * TILE_PAIRS];
+    let groups_end = r0 + (r1 - r0) / 4 * 4;
     let mut r = r0;
-    while r + 4 <= r1 {
-        let g = Group::<PACKED> { wq, wd, stride, nb, r };
+    while r < groups_end {
+        let chunk_end = groups_end.min(r + 4 * CHUNK_GROUPS);
         let mut t = 0;
         while t < n {
-            let ys = &mut y[t..];
-            // SAFETY: rows r..r+4 lie in [r0, r1), bounded for every token.
-            t += unsafe {
-                match n - t {
-                    1 => group_tile::<Q4, PACKED, 1>(ys, g, x, t, quads, pairs, r - r0),
-                    2 => group_tile::<Q4, PACKED, 2>(ys, g, x, t, quads, pairs, r - r0),
-                    3 => group_tile::<Q4, PACKED, 3>(ys, g, x, t, quads, pairs, r - r0),
-                    _ => group_tile::<Q4, PACKED, TOKENS>(ys, g, x, t, quads, pairs, r - r0),
-                }
+            let tn = TOKENS.min(n - t);
+            let act = |tt: usize| Act {
+                q: x.q.as_ptr().wrapping_add((t + tt) * cols),
+                d: x.d.as_ptr().wrapping_add((t + tt) * xnb),
             };
+            // Loops in this function, not closures over the preparation:
+            // those were not inlined (as in `matvec`).
+            let mut hoisted = Hoisted { quads: &[], pairs: &[] };
+            if Q4 && quads <= TILE_QUADS {
+                for tt in 0..tn {
+                    let a = act(tt);
+                    for qd in 0..quads {
+                        // SAFETY: blocks 4·qd..4·qd+4 of token t + tt exist.
+                        let xq = unsafe { x_quad_q4(a.q.add(4 * qd * QK), a.d.add(4 * qd)) };
+                        xquads[tt * quads + qd].write(xq);
+                    }
+                }
+                // SAFETY: slots 0..tn·quads were written just above.
+                hoisted.quads = unsafe { assume_init(&xquads, tn * quads) };
+            } else if !Q4 && pairs <= TILE_PAIRS {
+                for tt in 0..tn {
+                    let a = act(tt);
+                    for p in 0..pairs {
+                        // SAFETY: blocks 2p and 2p+1 of token t + tt exist.
+                        let xp = unsafe { x_pair_q8(a, 2 * p) };
+                        xpairs[tt * pairs + p].write(xp);
+                    }
+                }
+                // SAFETY: slots 0..tn·pairs were written just above.
+                hoisted.pairs = unsafe { assume_init(&xpairs, tn * pairs) };
+            }
+            let mut gr = r;
+            while gr < chunk_end {
+                let g = Group::<PACKED> {
+                    wq,
+                    wd,
+                    stride,
+                    nb,
+                    r: gr,
+                };
+                let ys = &mut y[t..];
+                // SAFETY: rows gr..gr+4 lie in [r0, r1), bounded for every
+                // token.
+                unsafe {
+                    match tn {
+                        1 => group_tile::<Q4, PACKED, 1>(ys, g, x, t, quads, pairs, hoisted, gr - r0),
+                        2 => group_tile::<Q4, PACKED, 2>(ys, g, x, t, quads, pairs, hoisted, gr - r0),
+                        3 => group_tile::<Q4, PACKED, 3>(ys, g, x, t, quads, pairs, hoisted, gr - r0),
+                        _ => group_tile::<Q4, PACKED, TOKENS>(ys, g, x, t, quads, pairs, hoisted, gr - r0),
+                    }
+                };
+                gr += 4;
+            }
+            t += tn;
         }
-        r += 4;
+        r = chunk_end;
     }
     if r < r1 {
         for (t, yt) in y.iter_mut().enumerate() {
