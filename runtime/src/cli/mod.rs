@@ -266,10 +266,10 @@ impl CtxArg {
     }
 }
 
-/// The batch `--batch` defaults to. Until the tiers have tiled matmul
-/// kernels, a chunk runs each matrix once per token from cache instead of
-/// once per token from memory: what it saves is the streaming of the
-/// weights, not their arithmetic.
+/// The batch `--batch` defaults to. A chunk streams each matrix from
+/// memory once instead of once per token; in the tiers with tiled matmul
+/// kernels (avx512vnni, avxvnni, avx2) it also loads each weight block once
+/// per tile of tokens, elsewhere once per token from cache.
 pub const DEFAULT_BATCH: usize = 32;
 
 /// `--batch N`: prompt tokens run together.
@@ -277,10 +277,10 @@ pub const DEFAULT_BATCH: usize = 32;
 pub struct BatchArg {
     /// Prompt tokens to run together, 1 to 128: each weight matrix is run
     /// once per chunk of N tokens, and the logits are the same bits for
-    /// every N (1 runs the prompt token by token). No tier has a tiled
-    /// matmul kernel yet, so a chunk still does the matvec's arithmetic once
-    /// per token: a larger batch saves memory traffic (each matrix stays in
-    /// cache across the chunk), not arithmetic, and costs N rows of every
+    /// every N (1 runs the prompt token by token). A larger batch saves
+    /// memory traffic (each matrix stays in cache across the chunk) and, in
+    /// the x86 tiers from avx2 up, whose matmuls share each weight block
+    /// between several tokens, weight loads; it costs N rows of every
     /// activation buffer.
     #[arg(long = "batch", value_name = "N", default_value_t = DEFAULT_BATCH, allow_negative_numbers = true, value_parser = batch)]
     batch: usize,

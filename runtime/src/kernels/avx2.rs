@@ -25,7 +25,7 @@ pub const REQUIRED_FEATURES: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1", "sse
 // Integer path: matvec_q8, matvec_q4
 
 matvec_entry_points!();
-matmul_by_tokens!();
+matmul_entry_points!();
 
 /// One weight block as 32 int8; Q4 nibbles unpacked (low nibbles are
 /// elements 0–15, high nibbles 16–31) and re-centred. Shared with the
@@ -107,6 +107,7 @@ pub(super) fn hsum1(v: __m256i) -> i32 {
 // Each row computes sum = fma(sumi·dw, dx, sum) over its blocks in order.
 pub(super) use super::x86::{scale_fma1 as scale1, scale_fma4 as scale4};
 matvec_by_row_groups!("avx2,fma");
+matmul_by_row_groups!("avx2,fma");
 
 // ---------------------------------------------------------------------------
 // quantize_q8

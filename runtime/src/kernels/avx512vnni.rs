@@ -26,7 +26,7 @@ use std::arch::x86_64::*;
 
 use super::prefetch;
 use crate::core::quant::{Q4_BLOCK_BYTES, QK};
-use crate::core::tensor::{packed_offset, QAct, QTensor, PACK_CHUNK};
+use crate::core::tensor::{packed_offset, QAct, QActs, QTensor, PACK_CHUNK};
 
 // The fallback chain, skipping avxvnni (see above): the float kernels are AVX2's.
 pub use super::avx2::{add, attn_mix, attn_scores, axpy_f32, dot_f32, rmsnorm, rope, silu_mul, softmax};
@@ -77,7 +77,29 @@ pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
     }
 }
 
-matmul_by_tokens!();
+pub fn matmul_q8(y: &mut [&mut [f32]], w: &QTensor, x: &QActs, r0: usize, r1: usize) {
+    let nb = super::x86::check_matmul_tokens(y, w, x, r0, r1, w.cols, QK, true);
+    let (q, d) = (w.q.as_ptr(), w.d.as_ptr());
+    // SAFETY: as in matvec_q8, for every token (check_matmul_tokens).
+    unsafe {
+        match w.packed {
+            false => matmul::<false, false>(y, q, d, x, nb, w.cols, r0, r1),
+            true => matmul::<false, true>(y, q, d, x, nb, w.cols, r0, r1),
+        }
+    }
+}
+
+pub fn matmul_q4(y: &mut [&mut [f32]], w: &QTensor, x: &QActs, r0: usize, r1: usize) {
+    let nb = super::x86::check_matmul_tokens(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES, true);
+    let (q, d) = (w.q.as_ptr(), w.d.as_ptr());
+    // SAFETY: as in matvec_q4, for every token (check_matmul_tokens).
+    unsafe {
+        match w.packed {
+            false => matmul::<true, false>(y, q, d, x, nb, w.row_bytes(), r0, r1),
+            true => matmul::<true, true>(y, q, d, x, nb, w.row_bytes(), r0, r1),
+        }
+    }
+}
 
 /// Two consecutive weight blocks as 64 int8 (block b in the low 256 bits).
 /// Q4: 32 packed bytes hold both blocks' low and high nibbles; they are
@@ -792,6 +814,351 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
             *y.add(r - r0) = tail_row::<Q4>(wq.add(r * stride), wd.add(r * nb), act, nb, quads, pairs);
         }
         r += 1;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// matmul_q8, matmul_q4: the matvec's groups, each weight block shared by a
+// tile of tokens
+
+/// Tokens per tile: four rows × four tokens of int32 dots, the tokens'
+/// float accumulators and four rows' weights fit the 32 registers.
+const TOKENS: usize = 4;
+
+/// Four-row groups run one tile after another: the tile's activations are
+/// prepared once for them all, and their weights stay in cache between
+/// tiles.
+const CHUNK_GROUPS: usize = 8;
+
+/// A tile's Q4 activation quads per token, prepared once per chunk when a
+/// row has at most this many (K ≤ 4096), and Q8_0's pairs likewise.
+const TILE_QUADS: usize = 32;
+const TILE_PAIRS: usize = 64;
+
+/// A tile's prepared activations, token t's quad or pair i at
+/// t·quads + i (t·pairs + i); empty when a row has too many.
+#[derive(Clone, Copy)]
+struct Hoisted<'a> {
+    quads: &'a [XQuadQ4],
+    pairs: &'a [XPairQ8],
+}
+
+/// A Q8_0 activation pair for the matmul: vpdpbusd's unsigned operand is
+/// the weight plus 128 (one xor per weight, shared by the tile's tokens,
+/// where the matvec's sign transfer costs one op per row and token), and
+/// the accumulator starts at −128·Σx to take the 128 back out. The int32
+/// sums equal the matvec's exactly; the float steps are the matvec's.
+#[derive(Clone, Copy)]
+struct XPairQ8 {
+    x: __m512i,
+    bias: __m512i,
+    dx: __m256,
+}
+
+/// # Safety
+///
+/// Blocks b and b+1 of `act` exist.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn x_pair_q8(act: Act, b: usize) -> XPairQ8 {
+    // SAFETY: blocks b and b+1 and their scales (the caller's contract).
+    let (x, dx) = unsafe { (_mm512_loadu_si512(act.q.add(b * QK).cast()), act.dx2(b)) };
+    let zero = _mm512_setzero_si512();
+    XPairQ8 {
+        x,
+        bias: _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(-128), x)),
+        dx,
+    }
+}
+
+/// Two Q8_0 weight blocks as w + 128, unsigned.
+///
+/// # Safety
+///
+/// `p` is readable for 2·QK bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn load_w2_biased(p: *const u8) -> __m512i {
+    // SAFETY: the caller's contract.
+    _mm512_xor_si512(unsafe { _mm512_loadu_si512(p.cast()) }, _mm512_set1_epi8(-128))
+}
+
+/// A quad of packed Q4 blocks as their low and high nibbles: what
+/// `q4_quad_dot` computes from the weights, shared by the tile's tokens.
+///
+/// # Safety
+///
+/// `p` is readable for 64 bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn q4_quad_nibbles(p: *const u8) -> (__m512i, __m512i) {
+    // SAFETY: 64 bytes, readable by the caller's contract.
+    let packed = unsafe { _mm512_loadu_si512(p.cast()) };
+    let mask = _mm512_set1_epi8(0x0F);
+    (
+        _mm512_and_si512(packed, mask),
+        _mm512_and_si512(_mm512_srli_epi16(packed, 4), mask),
+    )
+}
+
+/// `q4_quad_dot` on nibbles already split.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+fn q4_quad_dot_split(w: (__m512i, __m512i), x: &XQuadQ4) -> __m512i {
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(x.bias, w.0, x.lo), w.1, x.hi)
+}
+
+/// `group_quads` for T tokens: each quad of weights is loaded and split
+/// once, then each token's lanes take `group_quads`'s steps.
+///
+/// # Safety
+///
+/// As `group_quads`, for every token in `act`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn group_quads_tile<const PACKED: bool, const T: usize>(
+    g: Group<PACKED>,
+    act: &[Act; T],
+    quads: usize,
+    hoisted: &[XQuadQ4],
+) -> [__m512; T] {
+    let bb = Q4_BLOCK_BYTES;
+    let mut acc4 = [_mm512_setzero_ps(); T];
+    for qd in 0..quads {
+        let b = 4 * qd;
+        prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 4, bb);
+        // SAFETY: blocks b..b+4 of every token's activation and of the
+        // group's rows exist (b + 4 ≤ 4·quads ≤ nb), with their scales.
+        unsafe {
+            // Spelled out, not `map`: a closure here was not inlined.
+            let w = [
+                q4_quad_nibbles(g.at(0, b * bb)),
+                q4_quad_nibbles(g.at(1, b * bb)),
+                q4_quad_nibbles(g.at(2, b * bb)),
+                q4_quad_nibbles(g.at(3, b * bb)),
+            ];
+            let dw = g.dw_quad(b);
+            for t in 0..T {
+                let xb = match hoisted.get(t * quads + qd) {
+                    Some(&xb) => xb,
+                    None => x_quad_q4(act[t].q.add(b * QK), act[t].d.add(b)),
+                };
+                let sumi = hsum4_lanes(
+                    q4_quad_dot_split(w[0], &xb),
+                    q4_quad_dot_split(w[1], &xb),
+                    q4_quad_dot_split(w[2], &xb),
+                    q4_quad_dot_split(w[3], &xb),
+                );
+                acc4[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sumi), dw), xb.dx, acc4[t]);
+            }
+        }
+    }
+    acc4
+}
+
+/// `group_pairs` (Q8_0) for T tokens: each pair of weight blocks is loaded
+/// and biased once, then each token's lanes take `group_pairs`'s steps.
+///
+/// # Safety
+///
+/// As `group_pairs`, for every token in `act`, from block 0.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn group_pairs_q8_tile<const PACKED: bool, const T: usize>(
+    g: Group<PACKED>,
+    act: &[Act; T],
+    pairs: usize,
+    hoisted: &[XPairQ8],
+) -> [__m256; T] {
+    let mut acc = [_mm256_setzero_ps(); T];
+    for p in 0..pairs {
+        let b = 2 * p;
+        prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 2, QK);
+        // SAFETY: blocks b and b+1 of every token's activation and of the
+        // group's rows exist, with their scales.
+        unsafe {
+            let w = [
+                load_w2_biased(g.at(0, b * QK)),
+                load_w2_biased(g.at(1, b * QK)),
+                load_w2_biased(g.at(2, b * QK)),
+                load_w2_biased(g.at(3, b * QK)),
+            ];
+            let dw = g.dw4x2(b);
+            for t in 0..T {
+                let xb = match hoisted.get(t * pairs + p) {
+                    Some(&xb) => xb,
+                    None => x_pair_q8(act[t], b),
+                };
+                let sumi = hsum4x2_epi32(
+                    _mm512_dpbusd_epi32(xb.bias, w[0], xb.x),
+                    _mm512_dpbusd_epi32(xb.bias, w[1], xb.x),
+                    _mm512_dpbusd_epi32(xb.bias, w[2], xb.x),
+                    _mm512_dpbusd_epi32(xb.bias, w[3], xb.x),
+                );
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dw), xb.dx, acc[t]);
+            }
+        }
+    }
+    acc
+}
+
+/// One group (rows r..r+4) for tokens t0..t0+T, in `matvec`'s order, its
+/// results stored at `out` of y[0..T]. Returns T.
+///
+/// # Safety
+///
+/// As `matmul`; tokens t0..t0+T exist, y holds at least T of them, and the
+/// group's rows lie in [r0, r1) (`out` = r − r0).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn group_tile<const Q4: bool, const PACKED: bool, const T: usize>(
+    y: &mut [&mut [f32]],
+    g: Group<PACKED>,
+    x: &QActs,
+    t0: usize,
+    quads: usize,
+    pairs: usize,
+    hoisted: Hoisted,
+    out: usize,
+) -> usize {
+    let (cols, xnb) = (x.cols, x.cols / QK);
+    // Token t's activation at t·cols, as `QActs::token` slices it. A loop,
+    // not `from_fn`, which was not inlined.
+    let mut act = [Act {
+        q: x.q.as_ptr(),
+        d: x.d.as_ptr(),
+    }; T];
+    for (t, a) in act.iter_mut().enumerate() {
+        a.q = x.q.as_ptr().wrapping_add((t0 + t) * cols);
+        a.d = x.d.as_ptr().wrapping_add((t0 + t) * xnb);
+    }
+    let nb = g.nb;
+    // SAFETY: every token's activation holds nb blocks and the group's rows
+    // are in bounds (the caller's contract); y[t] holds out + 4 values.
+    unsafe {
+        let (acc4, mut acc) = if Q4 {
+            let mut acc = [_mm256_setzero_ps(); T];
+            for t in 0..T {
+                acc[t] = group_pairs::<true, PACKED>(g, act[t], 4 * quads, pairs, &[]);
+            }
+            (group_quads_tile::<PACKED, T>(g, &act, quads, hoisted.quads), acc)
+        } else {
+            (
+                [_mm512_setzero_ps(); T],
+                group_pairs_q8_tile::<PACKED, T>(g, &act, pairs, hoisted.pairs),
+            )
+        };
+        for t in 0..T {
+            if nb % 2 == 1 {
+                acc[t] = group_last_block::<Q4, PACKED>(g, act[t], nb - 1, acc[t]);
+            }
+            _mm_storeu_ps(y[t].as_mut_ptr().add(out), group_total::<Q4>(acc4[t], acc[t]));
+        }
+    }
+    T
+}
+
+/// The matmul: `matvec`'s four-row groups from r0, `CHUNK_GROUPS` at a
+/// time; for each chunk the tokens go `TOKENS` at a time (then a tile of
+/// the leftover count), each tile's activations prepared once for the
+/// chunk, and each weight block is loaded once per tile rather than once
+/// per token. The rows after the last whole group are `matvec`'s own tail,
+/// token by token. Every (row, token) keeps the matvec's accumulators and
+/// float steps, so the chunking changes no bit.
+///
+/// # Safety
+///
+/// The CPU has AVX-512 F/BW/VNNI, AVX2 and FMA; `check_matmul_tokens`
+/// accepted these arguments (with `check_matvec_any_layout`).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn matmul<const Q4: bool, const PACKED: bool>(
+    y: &mut [&mut [f32]],
+    wq: *const u8,
+    wd: *const f32,
+    x: &QActs,
+    nb: usize,
+    stride: usize,
+    r0: usize,
+    r1: usize,
+) {
+    let quads = if Q4 { nb / 4 } else { 0 };
+    let pairs = (nb - 4 * quads) / 2;
+    let n = x.n;
+    let (cols, xnb) = (x.cols, x.cols / QK);
+    let mut xquads = [std::mem::MaybeUninit::<XQuadQ4>::uninit(); TOKENS * TILE_QUADS];
+    let mut xpairs = [std::mem::MaybeUninit::<XPairQ8>::uninit(); TOKENS * TILE_PAIRS];
+    let groups_end = r0 + (r1 - r0) / 4 * 4;
+    let mut r = r0;
+    while r < groups_end {
+        let chunk_end = groups_end.min(r + 4 * CHUNK_GROUPS);
+        let mut t = 0;
+        while t < n {
+            let tn = TOKENS.min(n - t);
+            let act = |tt: usize| Act {
+                q: x.q.as_ptr().wrapping_add((t + tt) * cols),
+                d: x.d.as_ptr().wrapping_add((t + tt) * xnb),
+            };
+            // Loops in this function, not closures over the preparation:
+            // those were not inlined (as in `matvec`).
+            let mut hoisted = Hoisted { quads: &[], pairs: &[] };
+            if Q4 && quads <= TILE_QUADS {
+                for tt in 0..tn {
+                    let a = act(tt);
+                    for qd in 0..quads {
+                        // SAFETY: blocks 4·qd..4·qd+4 of token t + tt exist.
+                        let xq = unsafe { x_quad_q4(a.q.add(4 * qd * QK), a.d.add(4 * qd)) };
+                        xquads[tt * quads + qd].write(xq);
+                    }
+                }
+                // SAFETY: slots 0..tn·quads were written just above.
+                hoisted.quads = unsafe { assume_init(&xquads, tn * quads) };
+            } else if !Q4 && pairs <= TILE_PAIRS {
+                for tt in 0..tn {
+                    let a = act(tt);
+                    for p in 0..pairs {
+                        // SAFETY: blocks 2p and 2p+1 of token t + tt exist.
+                        let xp = unsafe { x_pair_q8(a, 2 * p) };
+                        xpairs[tt * pairs + p].write(xp);
+                    }
+                }
+                // SAFETY: slots 0..tn·pairs were written just above.
+                hoisted.pairs = unsafe { assume_init(&xpairs, tn * pairs) };
+            }
+            let mut gr = r;
+            while gr < chunk_end {
+                let g = Group::<PACKED> {
+                    wq,
+                    wd,
+                    stride,
+                    nb,
+                    r: gr,
+                };
+                let ys = &mut y[t..];
+                // SAFETY: rows gr..gr+4 lie in [r0, r1), bounded for every
+                // token.
+                unsafe {
+                    match tn {
+                        1 => group_tile::<Q4, PACKED, 1>(ys, g, x, t, quads, pairs, hoisted, gr - r0),
+                        2 => group_tile::<Q4, PACKED, 2>(ys, g, x, t, quads, pairs, hoisted, gr - r0),
+                        3 => group_tile::<Q4, PACKED, 3>(ys, g, x, t, quads, pairs, hoisted, gr - r0),
+                        _ => group_tile::<Q4, PACKED, TOKENS>(ys, g, x, t, quads, pairs, hoisted, gr - r0),
+                    }
+                };
+                gr += 4;
+            }
+            t += tn;
+        }
+        r = chunk_end;
+    }
+    if r < r1 {
+        for (t, yt) in y.iter_mut().enumerate() {
+            // SAFETY: rows r..r1 were bounded for this token (a packed
+            // matrix's range ends between groups, so these are row-major);
+            // yt holds r1 − r0 rows.
+            unsafe { matvec::<Q4, PACKED>(yt.as_mut_ptr().add(r - r0), wq, wd, &x.token(t), nb, stride, r, r1) };
+        }
     }
 }
 

@@ -27,7 +27,7 @@ pub const REQUIRED_FEATURES: &[&str] = &[
 ];
 
 matvec_entry_points!();
-matmul_by_tokens!();
+matmul_entry_points!();
 
 /// Integer dot of a weight block with an activation block: eight int32
 /// partials. AVX2's `block_dot` with vpdpbusd for its vpmaddubsw + vpmaddwd.
@@ -41,3 +41,4 @@ fn block_dot(w: __m256i, x: &XBlock) -> __m256i {
 // sum = fma(sumi·dw, dx, sum) per row and block in order.
 use super::avx2::{hsum1, hsum4, load_w, load_x, scale1, scale4, signed_w, XBlock};
 matvec_by_row_groups!("avx2,fma,avxvnni");
+matmul_by_row_groups!("avx2,fma,avxvnni");

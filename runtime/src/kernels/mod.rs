@@ -13,8 +13,9 @@
 //! The matmuls are never re-exported from the tier below: each must be
 //! bit-identical to its own tier's matvec (`scalar`'s module comment), so a
 //! tier without a tiled matmul of its own binds `matmul_by_tokens!()`
-//! (`scaffold`), its own matvec once per token. Only the scalar tier has
-//! its own matmul so far, the reference.
+//! (`scaffold`), its own matvec once per token. The scalar tier has its
+//! own matmul (the reference), and so do avx2 and avxvnni
+//! (`x86::matmul_by_row_groups!`) and avx512vnni.
 //! Only the enabled tiers are compiled; the cargo features chain
 //! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`; `isa-sve`
 //! enables `isa-neon-dotprod` enables `isa-neon`), so every module a tier

@@ -291,3 +291,200 @@ macro_rules! exp_kernels {
         }
     };
 }
+
+/// The safe `matmul_q8` / `matmul_q4` of a tier whose `matvec_q8` /
+/// `matvec_q4` are `matvec_entry_points!`'s over row-major matrices: each
+/// token's operands pass `check_matvec` (so the matmul panics where the
+/// matvec would), then `matmul_rows` runs. Declared here rather than in the
+/// scaffold because `matmul_by_row_groups!` is x86's.
+macro_rules! matmul_entry_points {
+    () => {
+        pub fn matmul_q8(
+            y: &mut [&mut [f32]],
+            w: &crate::core::tensor::QTensor,
+            x: &crate::core::tensor::QActs,
+            r0: usize,
+            r1: usize,
+        ) {
+            let nb = super::x86::check_matmul_tokens(y, w, x, r0, r1, w.cols, crate::core::quant::QK, false);
+            // SAFETY: the tier's features are verified by `guard::check`
+            // before any kernel runs; every token's output, activation and
+            // the rows, blocks and scales of W passed check_matvec.
+            unsafe { matmul_rows::<false>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
+        }
+
+        pub fn matmul_q4(
+            y: &mut [&mut [f32]],
+            w: &crate::core::tensor::QTensor,
+            x: &crate::core::tensor::QActs,
+            r0: usize,
+            r1: usize,
+        ) {
+            let block_bytes = crate::core::quant::Q4_BLOCK_BYTES;
+            let nb = super::x86::check_matmul_tokens(y, w, x, r0, r1, w.row_bytes(), block_bytes, false);
+            // SAFETY: as in matmul_q8, with Q4's row stride and block size.
+            unsafe { matmul_rows::<true>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
+        }
+    };
+}
+
+/// The matmul's shapes (`check_matmul`) and each token's matvec bounds
+/// (`check_matvec`, or with `any_layout` `check_matvec_any_layout`), before
+/// any unsafe code. Returns the blocks per row.
+#[allow(dead_code, clippy::too_many_arguments)]
+pub(crate) fn check_matmul_tokens(
+    y: &[&mut [f32]],
+    w: &crate::core::tensor::QTensor,
+    x: &crate::core::tensor::QActs,
+    r0: usize,
+    r1: usize,
+    row_stride: usize,
+    block_bytes: usize,
+    any_layout: bool,
+) -> usize {
+    super::scaffold::check_matmul(y, x, r0, r1);
+    for (t, yt) in y.iter().enumerate() {
+        let xt = x.token(t);
+        if any_layout {
+            super::scaffold::check_matvec_any_layout(yt, w, &xt, r0, r1, row_stride, block_bytes);
+        } else {
+            super::scaffold::check_matvec(yt, w, &xt, r0, r1, row_stride, block_bytes);
+        }
+    }
+    w.blocks_per_row()
+}
+
+/// `matmul_rows`, the driver `matmul_entry_points!` calls, for a tier with
+/// `matvec_by_row_groups!`'s routines in scope (and that macro's `matvec`).
+///
+/// Rows go in the matvec's groups of four from r0; within a group, tokens
+/// go `TOKENS` at a time, then a tile of the leftover count. Each weight
+/// block of the group is loaded (Q4: unpacked) once per tile and dotted
+/// with every token of it; each (row, token) then gets the matvec's exact
+/// per-block steps (`hsum4`, `scale4` in block order, one accumulator per
+/// token), so every output is bit-identical to the matvec's. The rows after
+/// the last whole group are the matvec's own row loop, per token.
+macro_rules! matmul_by_row_groups {
+    ($features:literal) => {
+        /// Tokens per tile: four accumulators plus four rows' weight blocks
+        /// and a token's activation stay within the sixteen vector registers.
+        const TOKENS: usize = 4;
+
+        /// # Safety
+        ///
+        /// The CPU has the tier's features and `check_matmul_tokens`
+        /// accepted these arguments for every token in `xs`.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        unsafe fn matmul_rows<const Q4: bool>(
+            y: &mut [&mut [f32]],
+            wq: *const u8,
+            wd: *const f32,
+            x: &crate::core::tensor::QActs,
+            nb: usize,
+            stride: usize,
+            r0: usize,
+            r1: usize,
+        ) {
+            let n = x.n;
+            let mut r = r0;
+            while r + 4 <= r1 {
+                let mut t = 0;
+                while t < n {
+                    let ys = &mut y[t..];
+                    // SAFETY: rows r..r+4 lie in [r0, r1), which
+                    // check_matvec bounded for every token.
+                    t += unsafe {
+                        match n - t {
+                            1 => group_tile::<Q4, 1>(ys, wq, wd, x, t, nb, stride, r, r - r0),
+                            2 => group_tile::<Q4, 2>(ys, wq, wd, x, t, nb, stride, r, r - r0),
+                            3 => group_tile::<Q4, 3>(ys, wq, wd, x, t, nb, stride, r, r - r0),
+                            _ => group_tile::<Q4, TOKENS>(ys, wq, wd, x, t, nb, stride, r, r - r0),
+                        }
+                    };
+                }
+                r += 4;
+            }
+            if r < r1 {
+                for (t, yt) in y.iter_mut().enumerate() {
+                    // SAFETY: rows r..r1 are within what check_matvec
+                    // accepted for this token; yt holds r1 − r0 rows.
+                    unsafe {
+                        matvec::<Q4>(
+                            yt.as_mut_ptr().add(r - r0),
+                            wq,
+                            wd,
+                            &x.token(t),
+                            nb,
+                            stride,
+                            r,
+                            r1,
+                        )
+                    };
+                }
+            }
+        }
+
+        /// Rows r..r+4 for tokens t0..t0+T of `x` (the first T of `y`),
+        /// written at `out` in each token's output. Returns T.
+        ///
+        /// # Safety
+        ///
+        /// As `matmul_rows`; y and x hold at least T tokens from t0, rows
+        /// r..r+4 are in bounds and each y[t] holds out + 4 values.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn group_tile<const Q4: bool, const T: usize>(
+            y: &mut [&mut [f32]],
+            wq: *const u8,
+            wd: *const f32,
+            x: &crate::core::tensor::QActs,
+            t0: usize,
+            nb: usize,
+            stride: usize,
+            r: usize,
+            out: usize,
+        ) -> usize {
+            use crate::core::quant::{Q4_BLOCK_BYTES, QK};
+            let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+            // Token t's activation at t·cols, as `QActs::token` slices it.
+            let (cols, xnb) = (x.cols, x.cols / QK);
+            // Loops, not `from_fn` or closures, which were not inlined.
+            let (mut xq, mut xd) = ([x.q.as_ptr(); T], [x.d.as_ptr(); T]);
+            for t in 0..T {
+                xq[t] = x.q.as_ptr().wrapping_add((t0 + t) * cols);
+                xd[t] = x.d.as_ptr().wrapping_add((t0 + t) * xnb);
+            }
+            let mut acc = [_mm_setzero_ps(); T];
+            for b in 0..nb {
+                super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
+                // SAFETY: rows r..r+4, their block b and its scales, and
+                // each token's activation block b are in bounds (the
+                // caller's contract).
+                unsafe {
+                    let w0 = load_w::<Q4>(wq.add(r * stride + b * bb));
+                    let w1 = load_w::<Q4>(wq.add((r + 1) * stride + b * bb));
+                    let w2 = load_w::<Q4>(wq.add((r + 2) * stride + b * bb));
+                    let w3 = load_w::<Q4>(wq.add((r + 3) * stride + b * bb));
+                    let dw = super::x86::row_scales(wd, r, nb, b);
+                    for t in 0..T {
+                        let xb = load_x(xq[t].add(b * QK));
+                        let sumi = hsum4(
+                            block_dot(w0, &xb),
+                            block_dot(w1, &xb),
+                            block_dot(w2, &xb),
+                            block_dot(w3, &xb),
+                        );
+                        acc[t] = scale4(acc[t], sumi, dw, *xd[t].add(b));
+                    }
+                }
+            }
+            for t in 0..T {
+                // SAFETY: y[t] holds out + 4 values (the caller's contract).
+                unsafe { _mm_storeu_ps(y[t].as_mut_ptr().add(out), acc[t]) };
+            }
+            T
+        }
+    };
+}
