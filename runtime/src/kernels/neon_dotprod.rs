@@ -26,8 +26,8 @@ pub const TIER: &str = "neon-dotprod";
 pub const REQUIRED_FEATURES: &[&str] = &["asimd", "asimddp"];
 
 matvec_entry_points!();
-matmul_by_tokens!();
 super::aarch64::neon_matvec!(feature = "dotprod", block_dot = block_dot);
+super::aarch64::neon_matmul!(feature = "dotprod", block_dot = block_dot);
 
 /// acc + Σ over each group of four bytes of w·x, per int32 lane.
 #[target_feature(enable = "dotprod")]

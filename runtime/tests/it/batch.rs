@@ -146,7 +146,11 @@ fn check_matmul(wtype: WType, seed: u64) {
     let (ks, rows_list, tokens): (&[usize], &[usize], &[usize]) = if cfg!(miri) {
         (&[32, 96], &[5], &[1, 3])
     } else {
-        (&[32, 64, 96, 160, 576], &[1, 3, 4, 5, 13, 36], &[1, 2, 3, 5, 7, 16, 17])
+        (
+            &[32, 64, 96, 128, 160, 224, 576, 4256],
+            &[1, 3, 4, 5, 13, 36],
+            &[1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33],
+        )
     };
     for &k in ks {
         for &rows in rows_list {
