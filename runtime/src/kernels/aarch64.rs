@@ -1,13 +1,16 @@
 //! What the AArch64 tiers that compute in NEON registers (neon,
 //! neon-dotprod) share around their integer block dot: the block loads, the
-//! reduction of four rows' partials, the scale step, and the matvec driver
-//! (`neon_matvec!`) that runs them four rows at a time. A tier supplies its
+//! reduction of four rows' partials, the scale step, the matvec driver
+//! (`neon_matvec!`) that runs them four rows at a time, and the tiled
+//! matmul (`neon_matmul!`) that runs the same steps for several tokens per
+//! loaded weight block. A tier supplies its
 //! block dot, `fn(w: [int8x16_t; 2], x: [int8x16_t; 2]) -> int32x4_t`
 //! (four int32 partials whose sum is the block's sumi), and its target
 //! feature; nothing else differs.
 //!
 //! The pieces are kept apart so that a kernel with another loop order
-//! (several activation rows per weight block) reuses them as they are:
+//! (several activation rows per weight block: `neon_matmul!`) reuses them
+//! as they are, and so stays bit-identical to the matvec:
 //! `load_w` and `load_x` bring a block into registers, the tier's block dot
 //! works on registers only, `hsum4_s32` reduces four of its results, and
 //! `scale4` applies the scales, per block and in the scalar kernel's order.
