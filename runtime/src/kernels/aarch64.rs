@@ -1,13 +1,16 @@
 //! What the AArch64 tiers that compute in NEON registers (neon,
 //! neon-dotprod) share around their integer block dot: the block loads, the
-//! reduction of four rows' partials, the scale step, and the matvec driver
-//! (`neon_matvec!`) that runs them four rows at a time. A tier supplies its
+//! reduction of four rows' partials, the scale step, the matvec driver
+//! (`neon_matvec!`) that runs them four rows at a time, and the tiled
+//! matmul (`neon_matmul!`) that runs the same steps for several tokens per
+//! loaded weight block. A tier supplies its
 //! block dot, `fn(w: [int8x16_t; 2], x: [int8x16_t; 2]) -> int32x4_t`
 //! (four int32 partials whose sum is the block's sumi), and its target
 //! feature; nothing else differs.
 //!
 //! The pieces are kept apart so that a kernel with another loop order
-//! (several activation rows per weight block) reuses them as they are:
+//! (several activation rows per weight block: `neon_matmul!`) reuses them
+//! as they are, and so stays bit-identical to the matvec:
 //! `load_w` and `load_x` bring a block into registers, the tier's block dot
 //! works on registers only, `hsum4_s32` reduces four of its results, and
 //! `scale4` applies the scales, per block and in the scalar kernel's order.
@@ -165,3 +168,241 @@ macro_rules! neon_matvec {
     };
 }
 pub(crate) use neon_matvec;
+
+/// The tier's safe `matmul_q8` and `matmul_q4` and their register-tiled
+/// driver, around the same `$block_dot` as `neon_matvec!`: rows in the
+/// matvec's groups of four from r0, each group's tokens in tiles of four
+/// (then one tile of the remaining three, two or one), then the matvec's
+/// row-at-a-time tail with the same token tiles.
+///
+/// A weight block is loaded (and for Q4_0 unpacked) and its four rows'
+/// scales gathered once per tile, and then used for each of the tile's
+/// tokens; everything after the load is the matvec's, per token: the same
+/// block dot, reduction and `scale4` into one accumulator per token, in
+/// block order, and in the tail the same scalar `sumi · dw · dx`. So every
+/// output is bit-identical to the matvec's for its row and token (batch
+/// invariance, `kernels::scalar`), however the tokens and rows fall into
+/// tiles. Four tokens keep the four rows' weights (eight vectors), four
+/// accumulators and the block dots' temporaries within the 32 registers.
+macro_rules! neon_matmul {
+    (feature = $feature:literal, block_dot = $block_dot:path) => {
+        pub fn matmul_q8(
+            y: &mut [&mut [f32]],
+            w: &crate::core::tensor::QTensor,
+            x: &crate::core::tensor::QActs,
+            r0: usize,
+            r1: usize,
+        ) {
+            let Some(nb) = super::aarch64::check_matmul(y, w, x, r0, r1, w.cols, crate::core::quant::QK) else {
+                return;
+            };
+            // SAFETY: the tier's features are verified by `guard::check`
+            // before any kernel runs; check_matmul bounded every row, block
+            // and scale of the weights, every token's activations and every
+            // output row.
+            unsafe { matmul::<false>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
+        }
+
+        pub fn matmul_q4(
+            y: &mut [&mut [f32]],
+            w: &crate::core::tensor::QTensor,
+            x: &crate::core::tensor::QActs,
+            r0: usize,
+            r1: usize,
+        ) {
+            let block_bytes = crate::core::quant::Q4_BLOCK_BYTES;
+            let Some(nb) = super::aarch64::check_matmul(y, w, x, r0, r1, w.row_bytes(), block_bytes) else {
+                return;
+            };
+            // SAFETY: as in matmul_q8, with Q4's row stride and block size.
+            unsafe { matmul::<true>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
+        }
+
+        /// # Safety
+        /// The CPU has the tier's features; `aarch64::check_matmul` has
+        /// accepted these arguments and returned `nb`.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $feature)]
+        unsafe fn matmul<const Q4: bool>(
+            y: &mut [&mut [f32]],
+            wq: *const u8,
+            wd: *const f32,
+            x: &crate::core::tensor::QActs,
+            nb: usize,
+            stride: usize,
+            r0: usize,
+            r1: usize,
+        ) {
+            // Token t's activations, as `QActs::token` cuts them.
+            let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
+            let (xq_stride, xd_stride) = (x.cols, x.cols / crate::core::quant::QK);
+            let mut r = r0;
+            while r < r1 {
+                let group = r + 4 <= r1;
+                let mut t = 0;
+                while t < x.n {
+                    let tile = (x.n - t).min(4);
+                    let mut yp = [std::ptr::null_mut::<f32>(); 4];
+                    let mut xqp = [std::ptr::null::<i8>(); 4];
+                    let mut xdp = [std::ptr::null::<f32>(); 4];
+                    for j in 0..tile {
+                        // SAFETY: token t + j < x.n: check_matmul bounded its
+                        // activations and its output row's r1 − r0 floats.
+                        unsafe {
+                            yp[j] = y[t + j].as_mut_ptr().add(r - r0);
+                            xqp[j] = xq.add((t + j) * xq_stride);
+                            xdp[j] = xd.add((t + j) * xd_stride);
+                        }
+                    }
+                    // SAFETY: rows r..r+4 (a group) or row r (the tail) lie
+                    // below r1, and the tile's `tile` tokens below x.n, all
+                    // bounded by check_matmul.
+                    unsafe {
+                        match (group, tile) {
+                            (true, 4) => group_tile::<Q4, 4>(yp, xqp, xdp, wq, wd, nb, stride, r),
+                            (true, 3) => group_tile::<Q4, 3>(yp, xqp, xdp, wq, wd, nb, stride, r),
+                            (true, 2) => group_tile::<Q4, 2>(yp, xqp, xdp, wq, wd, nb, stride, r),
+                            (true, _) => group_tile::<Q4, 1>(yp, xqp, xdp, wq, wd, nb, stride, r),
+                            (false, 4) => row_tile::<Q4, 4>(yp, xqp, xdp, wq, wd, nb, stride, r),
+                            (false, 3) => row_tile::<Q4, 3>(yp, xqp, xdp, wq, wd, nb, stride, r),
+                            (false, 2) => row_tile::<Q4, 2>(yp, xqp, xdp, wq, wd, nb, stride, r),
+                            (false, _) => row_tile::<Q4, 1>(yp, xqp, xdp, wq, wd, nb, stride, r),
+                        }
+                    }
+                    t += tile;
+                }
+                r += if group { 4 } else { 1 };
+            }
+        }
+
+        /// Rows r..r+4 for the first T tokens of the tile: the matvec's
+        /// group loop with the weights loaded once for all T.
+        ///
+        /// # Safety
+        /// As `matmul`; rows r..r+4 are inside the weights, and for j < T,
+        /// `xq[j]`/`xd[j]` hold nb blocks and `y[j]` four floats.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $feature)]
+        #[inline]
+        unsafe fn group_tile<const Q4: bool, const T: usize>(
+            y: [*mut f32; 4],
+            xq: [*const i8; 4],
+            xd: [*const f32; 4],
+            wq: *const u8,
+            wd: *const f32,
+            nb: usize,
+            stride: usize,
+            r: usize,
+        ) {
+            use super::aarch64::{hsum4_s32, load_w, load_x, row_scales, scale4};
+            use std::arch::aarch64::*;
+            let bb = if Q4 {
+                crate::core::quant::Q4_BLOCK_BYTES
+            } else {
+                crate::core::quant::QK
+            };
+            // SAFETY: the caller's contract bounds every pointer below.
+            unsafe {
+                let rows = [
+                    wq.add(r * stride),
+                    wq.add((r + 1) * stride),
+                    wq.add((r + 2) * stride),
+                    wq.add((r + 3) * stride),
+                ];
+                let mut acc = [vdupq_n_f32(0.0); T];
+                for b in 0..nb {
+                    let w0 = load_w::<Q4>(rows[0].add(b * bb));
+                    let w1 = load_w::<Q4>(rows[1].add(b * bb));
+                    let w2 = load_w::<Q4>(rows[2].add(b * bb));
+                    let w3 = load_w::<Q4>(rows[3].add(b * bb));
+                    let dw = row_scales(wd, r, nb, b);
+                    for j in 0..T {
+                        let xv = load_x(xq[j], b);
+                        let sumi = hsum4_s32(
+                            $block_dot(w0, xv),
+                            $block_dot(w1, xv),
+                            $block_dot(w2, xv),
+                            $block_dot(w3, xv),
+                        );
+                        acc[j] = scale4(acc[j], sumi, dw, *xd[j].add(b));
+                    }
+                }
+                for j in 0..T {
+                    vst1q_f32(y[j], acc[j]);
+                }
+            }
+        }
+
+        /// Row r alone for the first T tokens of the tile: the matvec's
+        /// tail loop with the weight block loaded once for all T.
+        ///
+        /// # Safety
+        /// As `group_tile`, for row r and one float of each `y[j]`.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $feature)]
+        #[inline]
+        unsafe fn row_tile<const Q4: bool, const T: usize>(
+            y: [*mut f32; 4],
+            xq: [*const i8; 4],
+            xd: [*const f32; 4],
+            wq: *const u8,
+            wd: *const f32,
+            nb: usize,
+            stride: usize,
+            r: usize,
+        ) {
+            use super::aarch64::{load_w, load_x};
+            use std::arch::aarch64::*;
+            let bb = if Q4 {
+                crate::core::quant::Q4_BLOCK_BYTES
+            } else {
+                crate::core::quant::QK
+            };
+            // SAFETY: the caller's contract bounds every pointer below.
+            unsafe {
+                let mut sum = [0.0f32; T];
+                for b in 0..nb {
+                    let w = load_w::<Q4>(wq.add(r * stride + b * bb));
+                    let dw = *wd.add(r * nb + b);
+                    for j in 0..T {
+                        let sumi = vaddvq_s32($block_dot(w, load_x(xq[j], b)));
+                        sum[j] += sumi as f32 * dw * *xd[j].add(b);
+                    }
+                }
+                for j in 0..T {
+                    *y[j] = sum[j];
+                }
+            }
+        }
+    };
+}
+pub(crate) use neon_matmul;
+
+/// The bounds the tiled matmul relies on: `scaffold::check_matmul`'s
+/// shapes, and the matvec's bounds (`scaffold::check_matvec`) on the first
+/// token, which cover every token since all have `x.cols` columns. Panics
+/// where the scalar matmul would; returns the blocks per row, or None when
+/// there is nothing to compute.
+pub(crate) fn check_matmul(
+    y: &[&mut [f32]],
+    w: &crate::core::tensor::QTensor,
+    x: &crate::core::tensor::QActs,
+    r0: usize,
+    r1: usize,
+    row_stride: usize,
+    block_bytes: usize,
+) -> Option<usize> {
+    super::scaffold::check_matmul(y, x, r0, r1);
+    if x.n == 0 || r0 == r1 {
+        return None;
+    }
+    Some(super::scaffold::check_matvec(
+        &y[0][..r1 - r0],
+        w,
+        &x.token(0),
+        r0,
+        r1,
+        row_stride,
+        block_bytes,
+    ))
+}

@@ -33,8 +33,8 @@ pub const REQUIRED_FEATURES: &[&str] = &["asimd"];
 // Integer path: matvec_q8, matvec_q4
 
 matvec_entry_points!();
-matmul_by_tokens!();
 super::aarch64::neon_matvec!(feature = "neon", block_dot = block_dot);
+super::aarch64::neon_matmul!(feature = "neon", block_dot = block_dot);
 
 /// Integer dot of a weight block with an activation block: four int32
 /// partials whose sum is the block's sumi.

@@ -1,6 +1,7 @@
 //! NEON dot-product tier (ARMv8.2 FEAT_DotProd; AArch64 only): Cortex-A55,
-//! A75, A76, Neoverse N1 and later. Implements the two matvecs; everything
-//! else is the NEON tier's, since dotprod only adds integer dot products.
+//! A75, A76, Neoverse N1 and later. Implements the two matvecs and the two
+//! matmuls; everything else is the NEON tier's, since dotprod only adds
+//! integer dot products.
 //!
 //! Integer dot (DESIGN.md §5): `sdot v.4s, w.16b, x.16b` multiplies four int8
 //! pairs and adds them into each int32 lane in one instruction, replacing
@@ -9,10 +10,12 @@
 //! `#[target_feature(enable = "dotprod")]`; nothing outside them contains
 //! it, and the guard has checked asimddp before any of them can run.
 //!
-//! The block dot is all this tier has of its own: the matvec driver, its
-//! loads and its scale step are the NEON tier's (`aarch64::neon_matvec!`),
-//! so the matvecs perform the scalar kernel's float operations in its order
-//! (no FMA) and their results are bit-identical to the reference.
+//! The block dot is all this tier has of its own: the matvec and matmul
+//! drivers, their loads and their scale step are the NEON tier's
+//! (`aarch64::neon_matvec!`, `aarch64::neon_matmul!`), so the matvecs
+//! perform the scalar kernel's float operations in its order (no FMA),
+//! their results are bit-identical to the reference, and the matmuls'
+//! to the matvecs'.
 
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -26,8 +29,8 @@ pub const TIER: &str = "neon-dotprod";
 pub const REQUIRED_FEATURES: &[&str] = &["asimd", "asimddp"];
 
 matvec_entry_points!();
-matmul_by_tokens!();
 super::aarch64::neon_matvec!(feature = "dotprod", block_dot = block_dot);
+super::aarch64::neon_matmul!(feature = "dotprod", block_dot = block_dot);
 
 /// acc + Σ over each group of four bytes of w·x, per int32 lane.
 #[target_feature(enable = "dotprod")]
