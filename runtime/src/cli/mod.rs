@@ -268,7 +268,7 @@ impl CtxArg {
 
 /// The batch `--batch` defaults to. A chunk streams each matrix from
 /// memory once instead of once per token; in the tiers with tiled matmul
-/// kernels (avx512vnni, avxvnni, avx2) it also loads each weight block once
+/// kernels (avx512vnni, avxvnni, avx2, AArch64 neon and neon-dotprod) it also loads each weight block once
 /// per tile of tokens, elsewhere once per token from cache.
 pub const DEFAULT_BATCH: usize = 32;
 
@@ -279,9 +279,9 @@ pub struct BatchArg {
     /// once per chunk of N tokens, and the logits are the same bits for
     /// every N (1 runs the prompt token by token). A larger batch saves
     /// memory traffic (each matrix stays in cache across the chunk) and, in
-    /// the x86 tiers from avx2 up, whose matmuls share each weight block
-    /// between several tokens, weight loads; it costs N rows of every
-    /// activation buffer.
+    /// the tiers whose matmuls share each weight block between several
+    /// tokens (x86 from avx2 up, AArch64 neon and neon-dotprod), weight
+    /// loads; it costs N rows of every activation buffer.
     #[arg(long = "batch", value_name = "N", default_value_t = DEFAULT_BATCH, allow_negative_numbers = true, value_parser = batch)]
     batch: usize,
 }
