@@ -296,7 +296,9 @@ macro_rules! exp_kernels {
 /// `matvec_q4` are `matvec_entry_points!`'s over row-major matrices: each
 /// token's operands pass `check_matvec` (so the matmul panics where the
 /// matvec would), then `matmul_rows` runs. Declared here rather than in the
-/// scaffold because `matmul_by_row_groups!` is x86's.
+/// scaffold because `matmul_by_row_groups!` is x86's. Only avx2 and up
+/// tile (sse2 and sse41 bind `matmul_by_tokens!`).
+#[cfg(feature = "isa-avx2")]
 macro_rules! matmul_entry_points {
     () => {
         pub fn matmul_q8(
@@ -364,6 +366,7 @@ pub(crate) fn check_matmul_tokens(
 /// per-block steps (`hsum4`, `scale4` in block order, one accumulator per
 /// token), so every output is bit-identical to the matvec's. The rows after
 /// the last whole group are the matvec's own row loop, per token.
+#[cfg(feature = "isa-avx2")]
 macro_rules! matmul_by_row_groups {
     ($features:literal) => {
         /// Tokens per tile: four accumulators plus four rows' weight blocks
