@@ -173,6 +173,17 @@ fn feed_logits_are_forwards_logits_bit_for_bit() {
                 })
                 .unwrap();
                 assert_eq!(again, n - 1);
+                // Checked as `feed` checks: nothing to run, past the end,
+                // outside the vocabulary.
+                let mut called = false;
+                let mut note = |_: usize, _: &[f32]| called = true;
+                let e = tf.feed_logits(&[], 0, &mut note).unwrap_err();
+                assert!(e.message.contains("no tokens"), "{e}");
+                let e = tf.feed_logits(&tokens[..2], n - 1, &mut note).unwrap_err();
+                assert!(e.message.contains("past the end"), "{e}");
+                let e = tf.feed_logits(&[0, h.vocab], 0, &mut note).unwrap_err();
+                assert!(e.message.contains("outside the vocabulary"), "{e}");
+                assert!(!called);
             }
         }
     }
@@ -497,12 +508,9 @@ fn cli(extra: &[&str]) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.join(" ").as_bytes())
-        .unwrap();
+    // A refused argument ends the process before it reads stdin, so the
+    // write may meet a closed pipe; the exit status tells the outcome.
+    let _ = child.stdin.take().unwrap().write_all(text.join(" ").as_bytes());
     child.wait_with_output().unwrap()
 }
 
