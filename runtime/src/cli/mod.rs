@@ -287,7 +287,7 @@ pub struct BatchArg {
 }
 
 /// `--batch`: a whole number in 1..=MAX_BATCH.
-fn batch(s: &str) -> std::result::Result<usize, String> {
+pub(crate) fn batch(s: &str) -> std::result::Result<usize, String> {
     let max = legacy_ml::ops::MAX_BATCH;
     match s.trim().parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),

@@ -29,6 +29,15 @@ pub struct PerplexityArgs {
     /// Score only the first N windows (llama.cpp's --chunks).
     #[arg(long, allow_negative_numbers = true, value_parser = super::count)]
     chunks: Option<usize>,
+    /// Positions run together, 1 to 128: each window's first half (not
+    /// scored) runs as a prompt in chunks of N, its second half in chunks
+    /// of N whose logits come from one classifier matmul over the chunk,
+    /// so every weight matrix, the large output one included, is read once
+    /// per chunk instead of once per token. The result is the same bits
+    /// for every N; 1 runs the windows token by token. Costs N rows of
+    /// every activation buffer and N × vocab floats of logits.
+    #[arg(long = "batch", value_name = "N", default_value_t = super::DEFAULT_BATCH, allow_negative_numbers = true, value_parser = super::batch)]
+    batch: usize,
     /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
@@ -62,12 +71,14 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
     }
     let plan = Plan::new(tokens.len(), a.ctx, a.chunks)?;
     let mut tf = legacy_ml::model::transformer::Transformer::with_context(&model, a.threads.count(), a.ctx)?;
+    tf.set_batch(a.batch)?;
     note!(
-        "perplexity: {} tokens, {} windows of {} (scoring {} tokens each), tier {}, {} threads",
+        "perplexity: {} tokens, {} windows of {} (scoring {} tokens each), batch {}, tier {}, {} threads",
         tokens.len(),
         plan.windows,
         plan.ctx,
         plan.scored_per_window(),
+        tf.batch(),
         legacy_ml::kernels::TIER,
         tf.threads()
     );
@@ -90,6 +101,7 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
             "model": a.model.display().to_string(),
             "tier": legacy_ml::kernels::TIER,
             "ctx": plan.ctx,
+            "batch": tf.batch(),
             "windows": plan.windows,
             "tokens": tokens.len(),
             "scored": tally.count,

@@ -32,23 +32,27 @@ pub trait WindowLogits {
     fn window_logits(&mut self, window: &[u32], first: usize, each: &mut dyn FnMut(usize, &[f32])) -> Result<()>;
 }
 
-/// The per-token path: one `forward` per position. A new window starts at
-/// position 0 again and overwrites the KV cache from there; attention at
-/// position p reads positions 0..=p only, all written by this window. The
-/// last token's logits predict nothing in the window, so it is not run.
-/// A batched prefill that returns every position's logits replaces this
-/// loop with one call per window (or per `--batch` positions).
+/// A window from position 0 (a new window overwrites the KV cache from
+/// there; attention at position p reads positions 0..=p only, all written
+/// by this window): the unscored positions before `first` through `feed`,
+/// which runs no classifier on a chunk but its last, then the scored ones
+/// through `feed_logits`, in chunks of `batch()` positions (one `forward`
+/// each at a batch of 1). The last token's logits predict nothing in the
+/// window, so it is not run. Every logit is `forward`'s bits, whatever the
+/// batch.
 impl WindowLogits for Transformer<'_> {
     fn vocab(&self) -> usize {
         self.header().vocab as usize
     }
 
     fn window_logits(&mut self, window: &[u32], first: usize, each: &mut dyn FnMut(usize, &[f32])) -> Result<()> {
-        for (pos, &token) in window[..window.len() - 1].iter().enumerate() {
-            let logits = self.forward(token, pos)?;
-            if pos >= first {
-                each(pos, logits);
-            }
+        let last = window.len().saturating_sub(1);
+        let first = first.min(last);
+        if first > 0 {
+            self.feed(&window[..first], 0)?;
+        }
+        if first < last {
+            self.feed_logits(&window[first..last], first, each)?;
         }
         Ok(())
     }

@@ -255,6 +255,11 @@ pub struct Transformer<'m> {
     /// decode step's (`arena`), which stay as they are whatever the batch.
     chunk_regions: [usize; CHUNK_REGIONS],
     chunk_arena: Arena,
+    /// Every row's logits of a chunk (`feed_logits`), `batch` rows of
+    /// vocab floats: allocated on the first call after `set_batch`, since
+    /// run and chat never need them and they can outweigh the rest of the
+    /// chunk's buffers. Empty until then.
+    chunk_logits: Arena,
     exec: Exec,
 }
 
@@ -297,6 +302,7 @@ impl<'m> Transformer<'m> {
             batch: 1,
             chunk_regions: [0; CHUNK_REGIONS],
             chunk_arena: Arena::new(&[0; CHUNK_REGIONS], "prompt chunk buffers")?,
+            chunk_logits: Arena::new(&[0], "per-position logits")?,
             exec: Exec::new(threads)?,
         };
         t.fill_rope_tables();
@@ -325,9 +331,10 @@ impl<'m> Transformer<'m> {
         self.exec.threads()
     }
 
-    /// Bytes of the run-time arena (the prompt chunk's buffers included).
+    /// Bytes of the run-time arena (the prompt chunk's buffers, and its
+    /// per-position logits once `feed_logits` has run, included).
     pub fn arena_bytes(&self) -> usize {
-        self.arena.len() + self.chunk_arena.len()
+        self.arena.len() + self.chunk_arena.len() + self.chunk_logits.len()
     }
 
     /// Prompt tokens `prefill` and `feed` run together.
@@ -355,6 +362,7 @@ impl<'m> Transformer<'m> {
         // The old chunk buffers go first, so the two are never held at once;
         // if the new ones cannot be had, the transformer is left at batch 1.
         self.chunk_arena = Arena::new(&[0; CHUNK_REGIONS], "prompt chunk buffers")?;
+        self.chunk_logits = Arena::new(&[0], "per-position logits")?;
         (self.batch, self.chunk_regions) = (1, [0; CHUNK_REGIONS]);
         self.chunk_arena = Arena::new(&regions, "prompt chunk buffers")?;
         (self.batch, self.chunk_regions) = (batch, regions);
@@ -512,6 +520,82 @@ impl Transformer<'_> {
     /// the last one: in chunks of `batch()` tokens, or with a batch of 1
     /// one `forward` per token. The logits are the same bits either way.
     pub fn feed(&mut self, tokens: &[u32], start: usize) -> Result<&mut [f32]> {
+        let end = self.check_feed(tokens, start)?;
+        let (last, rest) = tokens.split_last().ok_or_else(|| MlError::shape("no tokens to feed"))?;
+        if self.batch == 1 {
+            for (i, &token) in rest.iter().enumerate() {
+                self.forward(token, start + i)?;
+            }
+            return self.forward(*last, end - 1);
+        }
+        // The last token is a chunk's last too (the classifier runs after
+        // it): the chunks run front to back, the last one up to `end`.
+        let mut pos = start;
+        for chunk in tokens.chunks(self.batch) {
+            self.forward_chunk(chunk, pos);
+            pos += chunk.len();
+        }
+        let in_last = (tokens.len() - 1) % self.batch;
+        self.logits_after(in_last, end - 1)
+    }
+
+    /// Runs `tokens` at positions `start..` as `feed` does and calls
+    /// `each(pos, logits)` for every one of them, in order, with the logits
+    /// `forward` returns there (the same bits). With a batch above 1 the
+    /// classifier runs as one matmul over each chunk's rows, so its matrix
+    /// is read once per chunk rather than once per token; its output rows
+    /// are allocated on the first call after `set_batch`, and later calls
+    /// allocate nothing. With a batch of 1 it is one `forward` per token.
+    pub fn feed_logits(&mut self, tokens: &[u32], start: usize, each: &mut dyn FnMut(usize, &[f32])) -> Result<()> {
+        self.check_feed(tokens, start)?;
+        if self.batch == 1 {
+            for (i, &token) in tokens.iter().enumerate() {
+                each(start + i, self.forward(token, start + i)?);
+            }
+            return Ok(());
+        }
+        let vocab = self.header.vocab as usize;
+        if self.chunk_logits.is_empty() {
+            let bytes = (vocab as u64)
+                .checked_mul(self.batch as u64 * 4)
+                .and_then(|b| usize::try_from(b).ok())
+                .ok_or_else(|| {
+                    MlError::no_mem(format!(
+                        "the logits of a batch of {} over a vocabulary of {vocab} overflow the address space",
+                        self.batch
+                    ))
+                })?;
+            self.chunk_logits = Arena::new(&[bytes], "per-position logits")?;
+        }
+        let mut pos = start;
+        for chunk in tokens.chunks(self.batch) {
+            self.forward_chunk(chunk, pos);
+            let n = chunk.len();
+            let h = self.header;
+            let dim = h.dim as usize;
+            let (weights, exec) = (&self.weights, &self.exec);
+            let c = ChunkBuffers::carve(self.chunk_arena.carver(), &self.chunk_regions);
+            let bytes = self.chunk_logits.len();
+            let logits = &mut self.chunk_logits.carver().f32s(bytes)[..n * vocab];
+            // Row by row the final norm and quantization `forward` does,
+            // then the classifier over all rows at once.
+            for (xb, x) in c.xbs.chunks_exact_mut(dim).zip(c.xs.chunks_exact(dim)).take(n) {
+                ops::rmsnorm(xb, x, weights.final_norm, h.norm_eps);
+            }
+            let qa = ops::quantize_rows(c.act_q, c.act_d, c.xbs, dim, n);
+            exec.matmul(logits.chunks_exact_mut(vocab), &weights.wcls, &qa);
+            for (t, row) in logits.chunks_exact(vocab).enumerate() {
+                check_logits(row, pos + t)?;
+                each(pos + t, row);
+            }
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Checks that `tokens` can run at positions `start..` and returns
+    /// where they end.
+    fn check_feed(&self, tokens: &[u32], start: usize) -> Result<usize> {
         let h = self.header;
         let Some(end) = start.checked_add(tokens.len()).filter(|_| !tokens.is_empty()) else {
             return Err(MlError::shape("no tokens to feed; give at least one"));
@@ -529,22 +613,7 @@ impl Transformer<'_> {
                 h.vocab
             )));
         }
-        let (last, rest) = tokens.split_last().ok_or_else(|| MlError::shape("no tokens to feed"))?;
-        if self.batch == 1 {
-            for (i, &token) in rest.iter().enumerate() {
-                self.forward(token, start + i)?;
-            }
-            return self.forward(*last, end - 1);
-        }
-        // The last token is a chunk's last too (the classifier runs after
-        // it): the chunks run front to back, the last one up to `end`.
-        let mut pos = start;
-        for chunk in tokens.chunks(self.batch) {
-            self.forward_chunk(chunk, pos);
-            pos += chunk.len();
-        }
-        let in_last = (tokens.len() - 1) % self.batch;
-        self.logits_after(in_last, end - 1)
+        Ok(end)
     }
 
     /// Runs a chunk of tokens (at most `batch`, all checked) at positions
