@@ -530,6 +530,51 @@ fn bench_json_holds_decode_against_the_bandwidth_read_during_it() {
     assert!((num("peak_roofline_fraction") - peak_fraction).abs() < 1e-3, "{m}");
 }
 
+/// The kernel table at a shape of one's own: the matvec and the batched
+/// prefill's matmul over a chunk of `--batch`'s default 32 tokens, for both
+/// weight types, with the multiply-adds counted per token.
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
+fn bench_times_matvec_and_matmul_at_a_given_shape() {
+    let o = ml(&[
+        "bench",
+        "--json",
+        "--shape",
+        "64x96",
+        "--probe-mib",
+        "1",
+        "--seconds",
+        "0.001",
+        "--threads",
+        "1",
+    ]);
+    assert!(o.status.success(), "ml bench failed: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+    let rows: Vec<(String, u64)> = v["kernels"]
+        .as_array()
+        .expect("kernel rows")
+        .iter()
+        .filter(|k| k["shape"] == "64x96 (64x96)")
+        .map(|k| {
+            assert!(k["gops"].as_f64().is_some_and(|g| g > 0.0), "{k}");
+            (
+                k["kernel"].as_str().unwrap_or("").to_string(),
+                k["ops"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let (mv, mm) = (2 * 64 * 96, 2 * 64 * 96 * 32);
+    assert_eq!(
+        rows,
+        [
+            ("matvec_q8_0".to_string(), mv),
+            ("matmul_q8_0×32".to_string(), mm),
+            ("matvec_q4_0".to_string(), mv),
+            ("matmul_q4_0×32".to_string(), mm)
+        ]
+    );
+}
+
 /// The model path is a JSON string, whatever it holds: a quote, a
 /// backslash, non-ASCII, a zero-width space (which Rust's Debug escaping
 /// wrote as `\u{200b}`, not JSON).

@@ -123,40 +123,58 @@ impl Matrices {
     }
 }
 
-/// One matvec's best time at `rows`×`cols` through `exec` (its threads, as
-/// the model runs it): hot repeats one matrix (it stays in whatever cache
-/// holds it); cold rotates through copies that together far exceed the
-/// last-level cache, so every call streams its weights from memory as a
-/// model's decode step does.
+/// Tokens per matmul row of the kernel table: a chunk at `--batch`'s default.
+const MATMUL_TOKENS: usize = crate::cli::DEFAULT_BATCH;
+
+/// One matvec's (`tokens` = 1) or matmul's (`tokens` activation rows, the
+/// batched prefill's kernel) best time at `rows`×`cols` through `exec` (its
+/// threads, as the model runs it): hot repeats one matrix (it stays in
+/// whatever cache holds it); cold rotates through copies that together far
+/// exceed the last-level cache, so every call streams its weights from
+/// memory as a model's decode step or prompt chunk does.
 fn time_matvec(
     exec: &Exec,
     rng: &mut Rng,
     wtype: WType,
     (rows, cols): (usize, usize),
+    tokens: usize,
     cold: bool,
     seconds: f64,
 ) -> Result<KernelRow> {
-    let x: Vec<f32> = (0..cols).map(|_| rng.symmetric(1.0)).collect();
-    let (mut xq, mut xd) = (vec![0i8; cols], vec![0.0f32; cols / QK]);
-    kernels::quantize_q8(&mut xq, &mut xd, &x);
+    let x: Vec<f32> = (0..cols * tokens).map(|_| rng.symmetric(1.0)).collect();
+    let (mut xq, mut xd) = (vec![0i8; cols * tokens], vec![0.0f32; cols / QK * tokens]);
+    let acts = legacy_ml::ops::quantize_rows(&mut xq, &mut xd, &x, cols, tokens);
     let bytes = wtype.quant_bytes((rows * cols) as u64) as usize + rows * cols / QK * 4;
     let copies = if cold { COLD_SET_BYTES.div_ceil(bytes).max(2) } else { 1 };
     let mats = Matrices::random(rng, wtype, rows, cols, copies)?;
     let views = (0..copies).map(|i| mats.view(i)).collect::<Result<Vec<_>>>()?;
-    let act = QAct { q: &xq, d: &xd };
-    let mut y = vec![0.0f32; rows];
-    let t = best_time(seconds, || {
-        for w in &views {
-            exec.matvec(&mut y, w, &act);
-            black_box(&y);
-        }
-    });
+    let mut y = vec![0.0f32; rows * tokens];
+    let t = if tokens == 1 {
+        let act = QAct { q: acts.q, d: acts.d };
+        best_time(seconds, || {
+            for w in &views {
+                exec.matvec(&mut y, w, &act);
+                black_box(&y);
+            }
+        })
+    } else {
+        best_time(seconds, || {
+            for w in &views {
+                exec.matmul(y.chunks_exact_mut(rows), w, &acts);
+                black_box(&y);
+            }
+        })
+    };
+    let kernel = match tokens {
+        1 => format!("matvec_{}", wtype.name()),
+        n => format!("matmul_{}×{n}", wtype.name()),
+    };
     Ok(KernelRow {
         threads: exec.threads(),
-        kernel: format!("matvec_{}", wtype.name()),
+        kernel,
         shape: String::new(),
         bytes: mats.bytes_each(),
-        ops: 2 * rows * cols,
+        ops: 2 * rows * cols * tokens,
         seconds: t.as_secs_f64() / copies as f64,
     })
 }
@@ -169,7 +187,7 @@ pub(super) fn bench_threaded_matvec(seconds: f64, threads: usize) -> Result<Vec<
     let mut out = Vec::new();
     for wtype in [WType::Q8_0, WType::Q4_0] {
         for cold in [false, true] {
-            let mut row = time_matvec(&exec, &mut rng, wtype, (4096, 4096), cold, seconds)?;
+            let mut row = time_matvec(&exec, &mut rng, wtype, (4096, 4096), 1, cold, seconds)?;
             row.shape = format!("4096x4096 (4096x4096){}", if cold { " cold" } else { "" });
             out.push(row);
         }
@@ -191,10 +209,16 @@ pub(super) fn bench_kernels(seconds: f64, custom: &[(usize, usize)]) -> Result<V
             // Matrices under 1 MiB live in L2 inside a model too; only the
             // larger ones are worth timing from memory.
             let big = wtype.quant_bytes((rows * cols) as u64) >= 1 << 20;
-            for cold in [false, true].into_iter().filter(|&c| !c || big) {
-                let mut row = time_matvec(&exec, &mut rng, wtype, (rows, cols), cold, seconds)?;
-                row.shape = format!("{name} ({rows}x{cols}){}", if cold { " cold" } else { "" });
-                rows_out.push(row);
+            // The matmul at the shapes a prompt chunk runs (SmolLM2's and
+            // 4096×4096, or the ones asked for).
+            let matmul = !custom.is_empty() || !name.starts_with("stories15M");
+            let token_counts = if matmul { &[1, MATMUL_TOKENS][..] } else { &[1][..] };
+            for &tokens in token_counts {
+                for cold in [false, true].into_iter().filter(|&c| !c || big) {
+                    let mut row = time_matvec(&exec, &mut rng, wtype, (rows, cols), tokens, cold, seconds)?;
+                    row.shape = format!("{name} ({rows}x{cols}){}", if cold { " cold" } else { "" });
+                    rows_out.push(row);
+                }
             }
         }
     }

@@ -171,7 +171,7 @@ pub(super) fn text(out: &mut dyn Write, report: &Report) -> Result<()> {
         w(
             out,
             format!(
-                "{:<12} {:<35} {:>3} {:>10} {:>8} {:>8} {:>7}",
+                "{:<15} {:<35} {:>3} {:>10} {:>8} {:>8} {:>7}",
                 "kernel", "shape", "thr", "time (us)", "GB/s", "GOPS", "of bw"
             ),
         )?;
@@ -179,7 +179,7 @@ pub(super) fn text(out: &mut dyn Write, report: &Report) -> Result<()> {
             w(
                 out,
                 format!(
-                    "{:<12} {:<35} {:>3} {:>10.2} {:>8.2} {:>8.2} {:>6.0}%",
+                    "{:<15} {:<35} {:>3} {:>10.2} {:>8.2} {:>8.2} {:>6.0}%",
                     r.kernel,
                     r.shape,
                     r.threads,
