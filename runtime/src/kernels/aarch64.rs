@@ -193,11 +193,12 @@ macro_rules! neon_matmul {
             r0: usize,
             r1: usize,
         ) {
-            let Some(nb) = super::aarch64::check_matmul(y, w, x, r0, r1, w.cols, crate::core::quant::QK) else {
+            let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.cols, crate::core::quant::QK, false);
+            if x.n == 0 || r0 == r1 {
                 return;
-            };
+            }
             // SAFETY: the tier's features are verified by `guard::check`
-            // before any kernel runs; check_matmul bounded every row, block
+            // before any kernel runs; check_matmul_operands bounded every row, block
             // and scale of the weights, every token's activations and every
             // output row.
             unsafe { matmul::<false>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
@@ -211,15 +212,16 @@ macro_rules! neon_matmul {
             r1: usize,
         ) {
             let block_bytes = crate::core::quant::Q4_BLOCK_BYTES;
-            let Some(nb) = super::aarch64::check_matmul(y, w, x, r0, r1, w.row_bytes(), block_bytes) else {
+            let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.row_bytes(), block_bytes, false);
+            if x.n == 0 || r0 == r1 {
                 return;
-            };
+            }
             // SAFETY: as in matmul_q8, with Q4's row stride and block size.
             unsafe { matmul::<true>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
         }
 
         /// # Safety
-        /// The CPU has the tier's features; `aarch64::check_matmul` has
+        /// The CPU has the tier's features; `scaffold::check_matmul_operands` has
         /// accepted these arguments and returned `nb`.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $feature)]
@@ -246,7 +248,7 @@ macro_rules! neon_matmul {
                     let mut xqp = [std::ptr::null::<i8>(); 4];
                     let mut xdp = [std::ptr::null::<f32>(); 4];
                     for j in 0..tile {
-                        // SAFETY: token t + j < x.n: check_matmul bounded its
+                        // SAFETY: token t + j < x.n: check_matmul_operands bounded its
                         // activations and its output row's r1 − r0 floats.
                         unsafe {
                             yp[j] = y[t + j].as_mut_ptr().add(r - r0);
@@ -256,7 +258,7 @@ macro_rules! neon_matmul {
                     }
                     // SAFETY: rows r..r+4 (a group) or row r (the tail) lie
                     // below r1, and the tile's `tile` tokens below x.n, all
-                    // bounded by check_matmul.
+                    // bounded by check_matmul_operands.
                     unsafe {
                         match (group, tile) {
                             (true, 4) => group_tile::<Q4, 4>(yp, xqp, xdp, wq, wd, nb, stride, r),
@@ -377,32 +379,3 @@ macro_rules! neon_matmul {
     };
 }
 pub(crate) use neon_matmul;
-
-/// The bounds the tiled matmul relies on: `scaffold::check_matmul`'s
-/// shapes, and the matvec's bounds (`scaffold::check_matvec`) on the first
-/// token, which cover every token since all have `x.cols` columns. Panics
-/// where the scalar matmul would; returns the blocks per row, or None when
-/// there is nothing to compute.
-pub(crate) fn check_matmul(
-    y: &[&mut [f32]],
-    w: &crate::core::tensor::QTensor,
-    x: &crate::core::tensor::QActs,
-    r0: usize,
-    r1: usize,
-    row_stride: usize,
-    block_bytes: usize,
-) -> Option<usize> {
-    super::scaffold::check_matmul(y, x, r0, r1);
-    if x.n == 0 || r0 == r1 {
-        return None;
-    }
-    Some(super::scaffold::check_matvec(
-        &y[0][..r1 - r0],
-        w,
-        &x.token(0),
-        r0,
-        r1,
-        row_stride,
-        block_bytes,
-    ))
-}

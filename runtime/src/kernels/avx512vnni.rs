@@ -78,9 +78,9 @@ pub fn matvec_q4(y: &mut [f32], w: &QTensor, x: &QAct, r0: usize, r1: usize) {
 }
 
 pub fn matmul_q8(y: &mut [&mut [f32]], w: &QTensor, x: &QActs, r0: usize, r1: usize) {
-    let nb = super::x86::check_matmul_tokens(y, w, x, r0, r1, w.cols, QK, true);
+    let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.cols, QK, true);
     let (q, d) = (w.q.as_ptr(), w.d.as_ptr());
-    // SAFETY: as in matvec_q8, for every token (check_matmul_tokens).
+    // SAFETY: as in matvec_q8, for every token (scaffold::check_matmul_operands).
     unsafe {
         match w.packed {
             false => matmul::<false, false>(y, q, d, x, nb, w.cols, r0, r1),
@@ -90,9 +90,9 @@ pub fn matmul_q8(y: &mut [&mut [f32]], w: &QTensor, x: &QActs, r0: usize, r1: us
 }
 
 pub fn matmul_q4(y: &mut [&mut [f32]], w: &QTensor, x: &QActs, r0: usize, r1: usize) {
-    let nb = super::x86::check_matmul_tokens(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES, true);
+    let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.row_bytes(), Q4_BLOCK_BYTES, true);
     let (q, d) = (w.q.as_ptr(), w.d.as_ptr());
-    // SAFETY: as in matvec_q4, for every token (check_matmul_tokens).
+    // SAFETY: as in matvec_q4, for every token (scaffold::check_matmul_operands).
     unsafe {
         match w.packed {
             false => matmul::<true, false>(y, q, d, x, nb, w.row_bytes(), r0, r1),
@@ -1069,7 +1069,7 @@ unsafe fn group_tile<const Q4: bool, const PACKED: bool, const T: usize>(
 ///
 /// # Safety
 ///
-/// The CPU has AVX-512 F/BW/VNNI, AVX2 and FMA; `check_matmul_tokens`
+/// The CPU has AVX-512 F/BW/VNNI, AVX2 and FMA; `scaffold::check_matmul_operands`
 /// accepted these arguments (with `check_matvec_any_layout`).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]

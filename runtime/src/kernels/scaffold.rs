@@ -132,6 +132,39 @@ pub(crate) fn check_matmul(y: &[&mut [f32]], x: &crate::core::tensor::QActs, r0:
     );
 }
 
+/// The bounds a tiled matmul relies on, before any unsafe code:
+/// `check_matmul`'s shapes, and each token's matvec bounds (`check_matvec`,
+/// or with `any_layout` `check_matvec_any_layout`), so the matmul panics
+/// where the tier's matvec would. Returns the blocks per row. One check for
+/// the x86 (`x86::matmul_entry_points!`, avx512vnni) and AArch64
+/// (`aarch64::neon_matmul!`) tiles.
+#[cfg(any(
+    all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")),
+    all(feature = "isa-neon", target_arch = "aarch64")
+))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_matmul_operands(
+    y: &[&mut [f32]],
+    w: &crate::core::tensor::QTensor,
+    x: &crate::core::tensor::QActs,
+    r0: usize,
+    r1: usize,
+    row_stride: usize,
+    block_bytes: usize,
+    any_layout: bool,
+) -> usize {
+    check_matmul(y, x, r0, r1);
+    for (t, yt) in y.iter().enumerate() {
+        let xt = x.token(t);
+        if any_layout {
+            check_matvec_any_layout(yt, w, &xt, r0, r1, row_stride, block_bytes);
+        } else {
+            check_matvec(yt, w, &xt, r0, r1, row_stride, block_bytes);
+        }
+    }
+    w.blocks_per_row()
+}
+
 /// `matmul_q8` and `matmul_q4` as one call of the tier's own `matvec_q8` /
 /// `matvec_q4` per token: what a tier binds until it has a tiled matmul.
 /// Each weight block is read once per token (from cache, when the matrix

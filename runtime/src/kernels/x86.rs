@@ -308,7 +308,7 @@ macro_rules! matmul_entry_points {
             r0: usize,
             r1: usize,
         ) {
-            let nb = super::x86::check_matmul_tokens(y, w, x, r0, r1, w.cols, crate::core::quant::QK, false);
+            let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.cols, crate::core::quant::QK, false);
             // SAFETY: the tier's features are verified by `guard::check`
             // before any kernel runs; every token's output, activation and
             // the rows, blocks and scales of W passed check_matvec.
@@ -323,37 +323,11 @@ macro_rules! matmul_entry_points {
             r1: usize,
         ) {
             let block_bytes = crate::core::quant::Q4_BLOCK_BYTES;
-            let nb = super::x86::check_matmul_tokens(y, w, x, r0, r1, w.row_bytes(), block_bytes, false);
+            let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.row_bytes(), block_bytes, false);
             // SAFETY: as in matmul_q8, with Q4's row stride and block size.
             unsafe { matmul_rows::<true>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
         }
     };
-}
-
-/// The matmul's shapes (`check_matmul`) and each token's matvec bounds
-/// (`check_matvec`, or with `any_layout` `check_matvec_any_layout`), before
-/// any unsafe code. Returns the blocks per row.
-#[allow(dead_code, clippy::too_many_arguments)]
-pub(crate) fn check_matmul_tokens(
-    y: &[&mut [f32]],
-    w: &crate::core::tensor::QTensor,
-    x: &crate::core::tensor::QActs,
-    r0: usize,
-    r1: usize,
-    row_stride: usize,
-    block_bytes: usize,
-    any_layout: bool,
-) -> usize {
-    super::scaffold::check_matmul(y, x, r0, r1);
-    for (t, yt) in y.iter().enumerate() {
-        let xt = x.token(t);
-        if any_layout {
-            super::scaffold::check_matvec_any_layout(yt, w, &xt, r0, r1, row_stride, block_bytes);
-        } else {
-            super::scaffold::check_matvec(yt, w, &xt, r0, r1, row_stride, block_bytes);
-        }
-    }
-    w.blocks_per_row()
 }
 
 /// `matmul_rows`, the driver `matmul_entry_points!` calls, for a tier with
@@ -375,7 +349,7 @@ macro_rules! matmul_by_row_groups {
 
         /// # Safety
         ///
-        /// The CPU has the tier's features and `check_matmul_tokens`
+        /// The CPU has the tier's features and `scaffold::check_matmul_operands`
         /// accepted these arguments for every token in `xs`.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
