@@ -186,39 +186,7 @@ pub(crate) use neon_matvec;
 /// accumulators and the block dots' temporaries within the 32 registers.
 macro_rules! neon_matmul {
     (feature = $feature:literal, block_dot = $block_dot:path) => {
-        pub fn matmul_q8(
-            y: &mut [&mut [f32]],
-            w: &crate::core::tensor::QTensor,
-            x: &crate::core::tensor::QActs,
-            r0: usize,
-            r1: usize,
-        ) {
-            let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.cols, crate::core::quant::QK, false);
-            if x.n == 0 || r0 == r1 {
-                return;
-            }
-            // SAFETY: the tier's features are verified by `guard::check`
-            // before any kernel runs; check_matmul_operands bounded every row, block
-            // and scale of the weights, every token's activations and every
-            // output row.
-            unsafe { matmul::<false>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
-        }
-
-        pub fn matmul_q4(
-            y: &mut [&mut [f32]],
-            w: &crate::core::tensor::QTensor,
-            x: &crate::core::tensor::QActs,
-            r0: usize,
-            r1: usize,
-        ) {
-            let block_bytes = crate::core::quant::Q4_BLOCK_BYTES;
-            let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.row_bytes(), block_bytes, false);
-            if x.n == 0 || r0 == r1 {
-                return;
-            }
-            // SAFETY: as in matmul_q8, with Q4's row stride and block size.
-            unsafe { matmul::<true>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
-        }
+        tiled_matmul_entry_points!(matmul);
 
         /// # Safety
         /// The CPU has the tier's features; `scaffold::check_matmul_operands` has

@@ -25,7 +25,7 @@ pub const REQUIRED_FEATURES: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1", "sse
 // Integer path: matvec_q8, matvec_q4
 
 matvec_entry_points!();
-matmul_entry_points!();
+tiled_matmul_entry_points!(matmul_rows);
 
 /// One weight block as 32 int8; Q4 nibbles unpacked (low nibbles are
 /// elements 0–15, high nibbles 16–31) and re-centred. Shared with the

@@ -27,7 +27,7 @@ pub const REQUIRED_FEATURES: &[&str] = &[
 ];
 
 matvec_entry_points!();
-matmul_entry_points!();
+tiled_matmul_entry_points!(matmul_rows);
 
 /// Integer dot of a weight block with an activation block: eight int32
 /// partials. AVX2's `block_dot` with vpdpbusd for its vpmaddubsw + vpmaddwd.

@@ -132,11 +132,57 @@ pub(crate) fn check_matmul(y: &[&mut [f32]], x: &crate::core::tensor::QActs, r0:
     );
 }
 
+/// The safe `matmul_q8` / `matmul_q4` of a tier with a tiled matmul over
+/// row-major matrices: `check_matmul_operands`, then the tier's unsafe
+/// `$driver::<Q4>(y, wq, wd, x, nb, row_stride, r0, r1)` (x86's
+/// `matmul_rows`, AArch64's `matmul` in `neon_matmul!`).
+#[cfg(any(
+    all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")),
+    all(feature = "isa-neon", target_arch = "aarch64")
+))]
+macro_rules! tiled_matmul_entry_points {
+    ($driver:ident) => {
+        pub fn matmul_q8(
+            y: &mut [&mut [f32]],
+            w: &crate::core::tensor::QTensor,
+            x: &crate::core::tensor::QActs,
+            r0: usize,
+            r1: usize,
+        ) {
+            let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.cols, crate::core::quant::QK, false);
+            if x.n == 0 || r0 == r1 {
+                return;
+            }
+            // SAFETY: the tier's features are verified by `guard::check`
+            // before any kernel runs; check_matmul_operands bounded every
+            // row, block and scale of W, every token's activations and every
+            // output row.
+            unsafe { $driver::<false>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
+        }
+
+        pub fn matmul_q4(
+            y: &mut [&mut [f32]],
+            w: &crate::core::tensor::QTensor,
+            x: &crate::core::tensor::QActs,
+            r0: usize,
+            r1: usize,
+        ) {
+            let block_bytes = crate::core::quant::Q4_BLOCK_BYTES;
+            let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.row_bytes(), block_bytes, false);
+            if x.n == 0 || r0 == r1 {
+                return;
+            }
+            // SAFETY: as in matmul_q8, with Q4's row stride and block size.
+            unsafe { $driver::<true>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
+        }
+    };
+}
+
 /// The bounds a tiled matmul relies on, before any unsafe code:
 /// `check_matmul`'s shapes, and each token's matvec bounds (`check_matvec`,
 /// or with `any_layout` `check_matvec_any_layout`), so the matmul panics
 /// where the tier's matvec would. Returns the blocks per row. One check for
-/// the x86 (`x86::matmul_entry_points!`, avx512vnni) and AArch64
+/// the x86 (`tiled_matmul_entry_points!`, avx512vnni) and AArch64
 /// (`aarch64::neon_matmul!`) tiles.
 #[cfg(any(
     all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")),

@@ -292,45 +292,7 @@ macro_rules! exp_kernels {
     };
 }
 
-/// The safe `matmul_q8` / `matmul_q4` of a tier whose `matvec_q8` /
-/// `matvec_q4` are `matvec_entry_points!`'s over row-major matrices: each
-/// token's operands pass `check_matvec` (so the matmul panics where the
-/// matvec would), then `matmul_rows` runs. Declared here rather than in the
-/// scaffold because `matmul_by_row_groups!` is x86's. Only avx2 and up
-/// tile (sse2 and sse41 bind `matmul_by_tokens!`).
-#[cfg(feature = "isa-avx2")]
-macro_rules! matmul_entry_points {
-    () => {
-        pub fn matmul_q8(
-            y: &mut [&mut [f32]],
-            w: &crate::core::tensor::QTensor,
-            x: &crate::core::tensor::QActs,
-            r0: usize,
-            r1: usize,
-        ) {
-            let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.cols, crate::core::quant::QK, false);
-            // SAFETY: the tier's features are verified by `guard::check`
-            // before any kernel runs; every token's output, activation and
-            // the rows, blocks and scales of W passed check_matvec.
-            unsafe { matmul_rows::<false>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.cols, r0, r1) }
-        }
-
-        pub fn matmul_q4(
-            y: &mut [&mut [f32]],
-            w: &crate::core::tensor::QTensor,
-            x: &crate::core::tensor::QActs,
-            r0: usize,
-            r1: usize,
-        ) {
-            let block_bytes = crate::core::quant::Q4_BLOCK_BYTES;
-            let nb = super::scaffold::check_matmul_operands(y, w, x, r0, r1, w.row_bytes(), block_bytes, false);
-            // SAFETY: as in matmul_q8, with Q4's row stride and block size.
-            unsafe { matmul_rows::<true>(y, w.q.as_ptr(), w.d.as_ptr(), x, nb, w.row_bytes(), r0, r1) }
-        }
-    };
-}
-
-/// `matmul_rows`, the driver `matmul_entry_points!` calls, for a tier with
+/// `matmul_rows`, the driver `tiled_matmul_entry_points!(matmul_rows)` calls, for a tier with
 /// `matvec_by_row_groups!`'s routines in scope (and that macro's `matvec`).
 ///
 /// Rows go in the matvec's groups of four from r0; within a group, tokens
