@@ -280,7 +280,7 @@ pub struct BatchArg {
     /// every N (1 runs the prompt token by token). A larger batch saves
     /// memory traffic (each matrix stays in cache across the chunk) and, in
     /// the tiers whose matmuls share each weight block between several
-    /// tokens (x86 from avx2 up, AArch64 neon and neon-dotprod), weight
+    /// tokens (every x86 tier, AArch64 neon and neon-dotprod), weight
     /// loads; it costs N rows of every activation buffer.
     #[arg(long = "batch", value_name = "N", default_value_t = DEFAULT_BATCH, allow_negative_numbers = true, value_parser = batch)]
     batch: usize,

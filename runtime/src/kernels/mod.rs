@@ -14,9 +14,9 @@
 //! bit-identical to its own tier's matvec (`scalar`'s module comment), so a
 //! tier without a tiled matmul of its own binds `matmul_by_tokens!()`
 //! (`scaffold`), its own matvec once per token. The scalar tier has its
-//! own matmul (the reference), and so do avx2 and avxvnni
+//! own matmul (the reference), and so do sse2, sse41, avx2 and avxvnni
 //! (`x86::matmul_by_row_groups!`), avx512vnni, and neon and neon_dotprod
-//! (`aarch64::neon_matmul!`); sse2, sse41, sve and ARMv7 neon do not yet.
+//! (`aarch64::neon_matmul!`); sve and ARMv7 neon do not yet.
 //! Only the enabled tiers are compiled; the cargo features chain
 //! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`; `isa-sve`
 //! enables `isa-neon-dotprod` enables `isa-neon`), so every module a tier

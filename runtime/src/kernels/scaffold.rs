@@ -137,7 +137,7 @@ pub(crate) fn check_matmul(y: &[&mut [f32]], x: &crate::core::tensor::QActs, r0:
 /// `$driver::<Q4>(y, wq, wd, x, nb, row_stride, r0, r1)` (x86's
 /// `matmul_rows`, AArch64's `matmul` in `neon_matmul!`).
 #[cfg(any(
-    all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")),
+    all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")),
     all(feature = "isa-neon", target_arch = "aarch64")
 ))]
 macro_rules! tiled_matmul_entry_points {
@@ -185,7 +185,7 @@ macro_rules! tiled_matmul_entry_points {
 /// the x86 (`tiled_matmul_entry_points!`, avx512vnni) and AArch64
 /// (`aarch64::neon_matmul!`) tiles.
 #[cfg(any(
-    all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")),
+    all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")),
     all(feature = "isa-neon", target_arch = "aarch64")
 ))]
 #[allow(clippy::too_many_arguments)]

@@ -1,5 +1,7 @@
 //! SSE2 tier: the x86-64 baseline (and the i686 target's), so this build runs
-//! on every 64-bit x86 CPU. Implements all twelve kernels with 128-bit vectors.
+//! on every 64-bit x86 CPU. Implements all twelve kernels with 128-bit vectors,
+//! and the matmuls as tiles of four rows × four tokens
+//! (`x86::matmul_by_row_groups!`, each token's outputs the matvec's bits).
 //!
 //! Integer dot (DESIGN.md §5): SSE2 has neither pmovsxbw nor pmaddubsw, so int8
 //! quants are sign-extended to int16 by interleaving each byte with itself
@@ -27,7 +29,7 @@ pub const REQUIRED_FEATURES: &[&str] = &["sse2"];
 // Integer path: matvec_q8, matvec_q4
 
 matvec_entry_points!();
-matmul_by_tokens!();
+tiled_matmul_entry_points!(matmul_rows);
 
 /// One weight block as 32 int8 in two vectors. Q4 nibbles are unpacked
 /// (low nibbles are elements 0–15, high nibbles 16–31) and re-centred, so
@@ -116,6 +118,7 @@ fn hsum1(v: __m128i) -> i32 {
 // (same operations, same order), so the result is bit-identical to it.
 use super::x86::{scale_exact1 as scale1, scale_exact4 as scale4};
 matvec_by_row_groups!("sse2");
+matmul_by_row_groups!("sse2");
 
 // ---------------------------------------------------------------------------
 // quantize_q8

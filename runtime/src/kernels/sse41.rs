@@ -1,5 +1,6 @@
 //! SSE4.1 tier (with SSSE3, which every SSE4.1 CPU has): Core 2 Penryn,
-//! Nehalem and later. Implements the two matvecs; everything else is the
+//! Nehalem and later. Implements the two matvecs and their tiled matmuls
+//! (`x86::matmul_by_row_groups!`); everything else is the
 //! SSE2 tier's, since no SSSE3/SSE4.1 instruction shortens it.
 //!
 //! Integer dot (DESIGN.md §5): pmaddubsw multiplies unsigned by signed bytes, so
@@ -9,7 +10,8 @@
 //! ones then widens to int32.
 //!
 //! The matvecs perform the scalar kernel's float operations in its order, so
-//! their results are bit-identical to the reference.
+//! their results are bit-identical to the reference, and so are the
+//! matmuls, which run the matvec's per-block steps for each token of a tile.
 
 #[cfg(target_arch = "x86")]
 use std::arch::x86::*;
@@ -24,7 +26,7 @@ pub const TIER: &str = "sse41";
 pub const REQUIRED_FEATURES: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1"];
 
 matvec_entry_points!();
-matmul_by_tokens!();
+tiled_matmul_entry_points!(matmul_rows);
 
 /// An activation block as (|x|, x), prepared once and shared by four rows.
 struct XBlock {
@@ -76,3 +78,4 @@ fn hsum1(v: __m128i) -> i32 {
 use super::sse2::load_w;
 use super::x86::{scale_exact1 as scale1, scale_exact4 as scale4};
 matvec_by_row_groups!("sse4.1");
+matmul_by_row_groups!("sse4.1");
