@@ -78,7 +78,7 @@ pub const TIER: &str = "sve";
 pub const REQUIRED_FEATURES: &[&str] = &["asimd", "sve"];
 
 matvec_entry_points!();
-matmul_by_tokens!();
+tiled_matmul_entry_points!(matmul);
 
 /// The vector length in bytes (16 to 256).
 ///
@@ -1096,4 +1096,387 @@ struct Wide {
     swadv: usize,
     rows: usize,
     nb: usize,
+}
+
+// ---------------------------------------------------------------------------
+// The matmul's tile: four rows × T ≤ 4 tokens, one block per step, in
+// 128-bit registers (the narrow steps' layout, at every vector length).
+// Registers: v0–v1 the token's activation block, v2–v9 the four rows'
+// weights (Q4 unpacked and re-centred in place: v2k elements 0–15, v2k+1
+// 16–31), v16–v19 the four rows' int32 sums, running over the whole call
+// and all the tile's tokens (never reset), v20/v21 their last two
+// reductions, v22 the term, v25 the rows' scale offsets, v26 their scales
+// at this block, v28 the token's activation scale, v10–v13 the tokens' float
+// sums (lane j: row j); p1 = four lanes, p2 the `rows` stored. Q4: v24 = 8,
+// v27 = 0x0F.
+
+/// Token `$x`'s step of one block: its sdots into the running sums, their
+/// reduction into `$cur`, the block's int32 sums `$cur − $prev` (exact in
+/// wrapping int32, as in the matvec), and the scalar kernel's `sum +=
+/// sumi · dw · dx` (no FMA) into `$acc`.
+macro_rules! tile_token {
+    ($x:expr, $sx:expr, $acc:literal, $cur:literal, $prev:literal) => {
+        concat!(
+            "ldp q0, q1, [{",
+            $x,
+            "}], #32\n",
+            narrow_sdot!("z16", "z2", "z3"),
+            narrow_sdot!("z17", "z4", "z5"),
+            narrow_sdot!("z18", "z6", "z7"),
+            narrow_sdot!("z19", "z8", "z9"),
+            narrow_reduce!($cur),
+            "sub v22.4s, ",
+            $cur,
+            ".4s, ",
+            $prev,
+            ".4s\n",
+            "scvtf v22.4s, v22.4s\n",
+            "ldr s28, [{",
+            $sx,
+            "}], #4\n",
+            "fmul v22.4s, v22.4s, v26.4s\n",
+            "fmul v22.4s, v22.4s, v28.s[0]\n",
+            "fadd ",
+            $acc,
+            ".4s, ",
+            $acc,
+            ".4s, v22.4s\n",
+        )
+    };
+}
+
+/// The four rows' weights of one Q8 block.
+macro_rules! tile_w_q8 {
+    () => {
+        concat!(
+            "ldp q2, q3, [{w0}], #32\n",
+            "ldp q4, q5, [{w1}], #32\n",
+            "ldp q6, q7, [{w2}], #32\n",
+            "ldp q8, q9, [{w3}], #32\n",
+        )
+    };
+}
+
+/// One row's Q4 block, unpacked as `aarch64::load_w` does: (n & 0x0F) − 8
+/// into `$lo` (elements 0–15), (n >> 4) − 8 into `$hi` (16–31).
+macro_rules! tile_unpack_q4 {
+    ($lo:literal, $hi:literal, $w:literal) => {
+        concat!(
+            "ldr q",
+            $lo,
+            ", [{",
+            $w,
+            "}], #16\n",
+            "ushr v",
+            $hi,
+            ".16b, v",
+            $lo,
+            ".16b, #4\n",
+            "and v",
+            $lo,
+            ".16b, v",
+            $lo,
+            ".16b, v27.16b\n",
+            "sub v",
+            $lo,
+            ".16b, v",
+            $lo,
+            ".16b, v24.16b\n",
+            "sub v",
+            $hi,
+            ".16b, v",
+            $hi,
+            ".16b, v24.16b\n",
+        )
+    };
+}
+
+/// The four rows' weights of one Q4 block.
+macro_rules! tile_w_q4 {
+    () => {
+        concat!(
+            tile_unpack_q4!("2", "3", "w0"),
+            tile_unpack_q4!("4", "5", "w1"),
+            tile_unpack_q4!("6", "7", "w2"),
+            tile_unpack_q4!("8", "9", "w3"),
+        )
+    };
+}
+
+/// After a group, token `$x`'s rows stored (p2) and its pointers moved:
+/// the output on four rows, the activation back to its block 0.
+macro_rules! tile_token_end {
+    ($x:expr, $sx:expr, $y:expr, $acc:literal) => {
+        concat!(
+            "st1w {{z",
+            $acc,
+            ".s}}, p2, [{",
+            $y,
+            "}]\n",
+            "add {",
+            $y,
+            "}, {",
+            $y,
+            "}, #16\n",
+            "sub {",
+            $x,
+            "}, {",
+            $x,
+            "}, {xback}\n",
+            "sub {",
+            $sx,
+            "}, {",
+            $sx,
+            "}, {sxback}\n",
+        )
+    };
+}
+
+/// The whole tile call: `groups` groups of four rows (the last repeating
+/// its last row in the spare slots, `rows` stored) for the T tokens listed
+/// as (activation, scales, output, float sum) operand names; per group
+/// the blocks in order, each block's weights (`$w`: `tile_w_q8` or
+/// `tile_w_q4`) loaded once and then each token's step. The reductions
+/// alternate between v20 and v21 (`$odd` copies v20 to v21 after a block
+/// of an odd number of tokens, so every block starts from v21).
+macro_rules! tile_asm {
+    ($w:ident, $init:expr, $t:ident, $odd:expr,
+     [$(($x:ident, $sx:ident, $y:ident, $acc:literal, $accn:literal, $cur:literal, $prev:literal)),+],
+     [$($xv:expr, $sxv:expr, $yv:expr),+], $($extra:tt)*) => {
+        asm!(
+            "ptrue p1.s, vl4",
+            "whilelt p2.s, xzr, {rows}",
+            "movi v16.2d, #0",
+            "movi v17.2d, #0",
+            "movi v18.2d, #0",
+            "movi v19.2d, #0",
+            "movi v21.2d, #0",
+            $init,
+            "3:",
+            $(concat!("movi ", $acc, ".2d, #0"),)+
+            "mov {n}, {nb}",
+            "2:",
+            $w!(),
+            "ld1w {{z26.s}}, p1/z, [{sw}, z25.s, uxtw #2]",
+            "add {sw}, {sw}, #4",
+            $(tile_token!(stringify!($x), stringify!($sx), $acc, $cur, $prev),)+
+            $odd,
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            $(tile_token_end!(stringify!($x), stringify!($sx), stringify!($y), $accn),)+
+            "add {w0}, {w0}, {adv}",
+            "add {w1}, {w1}, {adv}",
+            "add {w2}, {w2}, {adv}",
+            "add {w3}, {w3}, {adv}",
+            "add {sw}, {sw}, {swadv}",
+            "subs {groups}, {groups}, #1",
+            "b.ne 3b",
+            w0 = inout(reg) $t.w[0] => _,
+            w1 = inout(reg) $t.w[1] => _,
+            w2 = inout(reg) $t.w[2] => _,
+            w3 = inout(reg) $t.w[3] => _,
+            sw = inout(reg) $t.sw => _,
+            n = out(reg) _,
+            nb = in(reg) $t.nb,
+            rows = in(reg) $t.rows,
+            groups = inout(reg) $t.groups => _,
+            adv = in(reg) $t.adv,
+            swadv = in(reg) $t.swadv,
+            xback = in(reg) $t.nb * QK,
+            sxback = in(reg) $t.nb * 4,
+            $($x = inout(reg) $xv => _, $sx = inout(reg) $sxv => _, $y = inout(reg) $yv => _,)+
+            in("v25") $t.offs,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v10") _, out("v11") _, out("v12") _, out("v13") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+            out("v21") _, out("v22") _, out("v26") _, out("v28") _,
+            out("p1") _, out("p2") _,
+            $($extra)*
+            options(nostack)
+        )
+    };
+}
+
+/// One tile call's operands: `groups` groups of four rows from the first
+/// group's row pointers `w` and scales `sw` (each next group `adv` weight
+/// bytes and `swadv` scale bytes on from where the last left them), `rows`
+/// of the last group stored, row j's scales `offs[j]` floats from sw; the
+/// tokens' activations, scales and outputs (at the first group's rows).
+struct Tile {
+    w: [*const u8; 4],
+    sw: *const f32,
+    offs: std::arch::aarch64::uint32x4_t,
+    nb: usize,
+    rows: usize,
+    groups: usize,
+    adv: usize,
+    swadv: usize,
+    x: [*const i8; 4],
+    sx: [*const f32; 4],
+    y: [*mut f32; 4],
+}
+
+/// `tile_asm!` for T tokens of `$t` (a `Tile`), in format `$q4`.
+macro_rules! tile_call {
+    ($t:ident, $q4:expr, $($rest:tt)*) => {
+        if $q4 {
+            tile_asm!(
+                tile_w_q4,
+                concat!("movi v27.16b, #0x0f\n", "movi v24.16b, #8\n"),
+                $t,
+                $($rest)*
+                out("v24") _, out("v27") _,
+            )
+        } else {
+            tile_asm!(tile_w_q8, "", $t, $($rest)*)
+        }
+    };
+}
+
+impl Tile {
+    /// The tile's asm for its first T tokens.
+    ///
+    /// # Safety
+    /// SVE; for j < T, `x[j]` holds nb blocks of 32 bytes and `sx[j]` nb
+    /// scales, and `y[j]` 4·(groups − 1) + rows floats; the `groups` groups'
+    /// rows (clamped by `offs` and `w` to the last group's `rows`) have nb
+    /// blocks at `w` and scales at sw + offs[j].
+    #[target_feature(enable = "sve")]
+    unsafe fn run<const Q4: bool, const T: usize>(&self) {
+        let (x, sx, y) = (self.x, self.sx, self.y);
+        // SAFETY: the caller's contract above: per group, the asm reads nb
+        // blocks at each w[j] and at each token's x, nb scales at each
+        // token's sx and at sw + offs[j]; writes `rows` (the last group) or
+        // four floats at each token's y, and only the declared registers;
+        // the function's feature is SVE.
+        unsafe {
+            match T {
+                1 => tile_call!(
+                    self,
+                    Q4,
+                    "mov v21.16b, v20.16b",
+                    [(x0, sx0, y0, "v10", "10", "v20", "v21")],
+                    [x[0], sx[0], y[0]],
+                ),
+                2 => tile_call!(
+                    self,
+                    Q4,
+                    "",
+                    [
+                        (x0, sx0, y0, "v10", "10", "v20", "v21"),
+                        (x1, sx1, y1, "v11", "11", "v21", "v20")
+                    ],
+                    [x[0], sx[0], y[0], x[1], sx[1], y[1]],
+                ),
+                3 => tile_call!(
+                    self,
+                    Q4,
+                    "mov v21.16b, v20.16b",
+                    [
+                        (x0, sx0, y0, "v10", "10", "v20", "v21"),
+                        (x1, sx1, y1, "v11", "11", "v21", "v20"),
+                        (x2, sx2, y2, "v12", "12", "v20", "v21")
+                    ],
+                    [x[0], sx[0], y[0], x[1], sx[1], y[1], x[2], sx[2], y[2]],
+                ),
+                _ => tile_call!(
+                    self,
+                    Q4,
+                    "",
+                    [
+                        (x0, sx0, y0, "v10", "10", "v20", "v21"),
+                        (x1, sx1, y1, "v11", "11", "v21", "v20"),
+                        (x2, sx2, y2, "v12", "12", "v20", "v21"),
+                        (x3, sx3, y3, "v13", "13", "v21", "v20")
+                    ],
+                    [x[0], sx[0], y[0], x[1], sx[1], y[1], x[2], sx[2], y[2], x[3], sx[3], y[3]],
+                ),
+            }
+        }
+    }
+}
+
+/// The tiled matmul: each token tile of up to four tokens runs every
+/// four-row group (`Tile`), a weight block loaded (and unpacked) once per
+/// tile.
+///
+/// # Safety
+/// SVE; `scaffold::check_matmul_operands` has accepted these arguments and
+/// returned `nb`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "sve")]
+unsafe fn matmul<const Q4: bool>(
+    y: &mut [&mut [f32]],
+    wq: *const u8,
+    wd: *const f32,
+    x: &crate::core::tensor::QActs,
+    nb: usize,
+    stride: usize,
+    r0: usize,
+    r1: usize,
+) {
+    if nb == 0 || x.n == 1 {
+        for (t, yt) in y.iter_mut().enumerate() {
+            // SAFETY: check_matmul_operands checked each token's operands
+            // as check_matvec does.
+            unsafe { matvec::<Q4>(yt.as_mut_ptr(), wq, wd, &x.token(t), nb, stride, r0, r1) };
+        }
+        return;
+    }
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+    let m = Matvec {
+        y: std::ptr::null_mut(),
+        wq,
+        wd,
+        xq: x.q.as_ptr(),
+        xd: x.d.as_ptr(),
+        nb,
+        stride,
+        r0,
+        r1,
+    };
+    let (xq_stride, xd_stride) = (x.cols, x.cols / QK);
+    let mut t = 0;
+    while t < x.n {
+        let tile = (x.n - t).min(4);
+        m.groups(4, |r, rows, groups| {
+            let offs: [u32; 4] = std::array::from_fn(|j| (j.min(rows - 1) * nb) as u32);
+            let mut tl = Tile {
+                w: std::array::from_fn(|j| m.row(r, rows, j)),
+                // SAFETY: rows r.. lie in [r0, r1), whose scales
+                // check_matmul_operands bounded.
+                sw: unsafe { wd.add(r * nb) },
+                // SAFETY: offs holds four u32.
+                offs: unsafe { std::arch::aarch64::vld1q_u32(offs.as_ptr()) },
+                nb,
+                rows,
+                groups,
+                adv: 4 * stride - nb * bb,
+                swadv: 3 * nb * 4,
+                x: [std::ptr::null(); 4],
+                sx: [std::ptr::null(); 4],
+                y: [std::ptr::null_mut(); 4],
+            };
+            for j in 0..tile {
+                // SAFETY: token t + j < x.n: check_matmul_operands bounded
+                // its activations and its output row's r1 − r0 floats.
+                unsafe {
+                    tl.x[j] = m.xq.add((t + j) * xq_stride);
+                    tl.sx[j] = m.xd.add((t + j) * xd_stride);
+                    tl.y[j] = y[t + j].as_mut_ptr().add(r - r0);
+                }
+            }
+            // SAFETY: the tile's tokens and rows are the checked ones above.
+            unsafe {
+                match tile {
+                    1 => tl.run::<Q4, 1>(),
+                    2 => tl.run::<Q4, 2>(),
+                    3 => tl.run::<Q4, 3>(),
+                    _ => tl.run::<Q4, 4>(),
+                }
+            }
+        });
+        t += tile;
+    }
 }
