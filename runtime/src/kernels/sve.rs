@@ -1397,6 +1397,17 @@ impl Tile {
     }
 }
 
+/// Whether the tile takes fewer instructions than the matvec once per token
+/// at this vector length (`vb` bytes) and row length (`nb` blocks): always
+/// where the matvec takes the narrow steps too (VL 128 and 256, and any
+/// length that is not a power of two); at VL 512 and above, where the wide
+/// steps cover G ≥ 2 blocks per row and step, only for Q4_0 rows of one or
+/// two blocks (measured: see the module comment).
+fn tile_wins<const Q4: bool>(vb: usize, nb: usize) -> bool {
+    let wide = matches!(vb, 64 | 128 | 256);
+    !wide || (Q4 && nb <= 2)
+}
+
 /// The tiled matmul: each token tile of up to four tokens runs every
 /// four-row group (`Tile`), a weight block loaded (and unpacked) once per
 /// tile.
@@ -1416,7 +1427,7 @@ unsafe fn matmul<const Q4: bool>(
     r0: usize,
     r1: usize,
 ) {
-    if nb == 0 || x.n == 1 {
+    if nb == 0 || x.n == 1 || !tile_wins::<Q4>(vector_bytes(), nb) {
         for (t, yt) in y.iter_mut().enumerate() {
             // SAFETY: check_matmul_operands checked each token's operands
             // as check_matvec does.
