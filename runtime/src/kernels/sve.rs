@@ -1397,17 +1397,6 @@ impl Tile {
     }
 }
 
-/// Whether the tile takes fewer instructions than the matvec once per token
-/// at this vector length (`vb` bytes) and row length (`nb` blocks): always
-/// where the matvec takes the narrow steps too (VL 128 and 256, and any
-/// length that is not a power of two); at VL 512 and above, where the wide
-/// steps cover G ≥ 2 blocks per row and step, only for Q4_0 rows of one or
-/// two blocks (measured: see the module comment).
-fn tile_wins<const Q4: bool>(vb: usize, nb: usize) -> bool {
-    let wide = matches!(vb, 64 | 128 | 256);
-    !wide || (Q4 && nb <= 2)
-}
-
 /// The tiled matmul: each token tile of up to four tokens runs every
 /// four-row group (`Tile`), a weight block loaded (and unpacked) once per
 /// tile.
@@ -1427,7 +1416,7 @@ unsafe fn matmul<const Q4: bool>(
     r0: usize,
     r1: usize,
 ) {
-    if nb == 0 || x.n == 1 || !tile_wins::<Q4>(vector_bytes(), nb) {
+    if nb == 0 || x.n == 1 {
         for (t, yt) in y.iter_mut().enumerate() {
             // SAFETY: check_matmul_operands checked each token's operands
             // as check_matvec does.
@@ -1448,6 +1437,13 @@ unsafe fn matmul<const Q4: bool>(
         r1,
     };
     let (xq_stride, xd_stride) = (x.cols, x.cols / QK);
+    let vb = vector_bytes();
+    if vb >= 64 {
+        // SAFETY: as this function's contract.
+        if unsafe { m.segments::<Q4>(y, x.n, xq_stride, xd_stride, vb / 16) } {
+            return;
+        }
+    }
     let mut t = 0;
     while t < x.n {
         let tile = (x.n - t).min(4);
@@ -1489,5 +1485,354 @@ unsafe fn matmul<const Q4: bool>(
             }
         });
         t += tile;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The matmul's segment tile (VL ≥ 512): four rows × S = VL/128 tokens per
+// step, one token per 128-bit segment. A row's block is loaded once,
+// replicated to every segment (`ld1rqb`: elements 0–15 in one vector, 16–31
+// in another), and each token's block is gathered into its own segment, so
+// the four rows' two sdots serve all S tokens; a segment-local reduction
+// (`trn1`/`trn2` + add, twice) leaves token t's four rows' sums in segment
+// t, lanes 4t + j, as the narrow steps' `addp` leaves one token's. Registers:
+// z0/z1 the tokens' activation halves, z2–z9 the rows' weights (z2j
+// elements 0–15, z2j+1 16–31), z10/z11 the activation halves' byte
+// offsets, z12–z15 scratch, z16–z19 the rows' running int32 sums (never
+// reset, as in the matvec), z20/z21 their last two reductions, z24 the rows'
+// scales and z25 their offsets, z26 the tokens' scales and z27 their offsets,
+// z28 the float sums, z29 the outputs' offsets; p0 all true, p5 the tile's
+// tokens' lanes, p6 those of the rows stored. Q4: z22 = 0x0F, z23 = 8.
+
+/// The setup of `seg_asm!`: lane l is row l % 4 and token l / 4.
+macro_rules! seg_setup {
+    () => {
+        concat!(
+            "ptrue p0.b\n",
+            "index z30.s, #0, #1\n",
+            "lsr z31.s, z30.s, #2\n", // token
+            "and z30.s, z30.s, #3\n", // row
+            // Activation bytes: (l / 4)·xstride + 4·(l % 4), + 16.
+            "mov z12.s, {xstride:w}\n",
+            "mul z12.s, p0/m, z12.s, z31.s\n",
+            "lsl z13.s, z30.s, #2\n",
+            "add z10.s, z12.s, z13.s\n",
+            "mov z11.d, z10.d\n",
+            "add z11.s, z11.s, #16\n",
+            // Activation scales: (l / 4)·sxstride floats.
+            "mov z27.s, {sxstride:w}\n",
+            "mul z27.s, p0/m, z27.s, z31.s\n",
+            // Outputs: (l / 4)·ystride + l % 4 floats.
+            "mov z29.s, {ystride:w}\n",
+            "mul z29.s, p0/m, z29.s, z31.s\n",
+            "add z29.s, z29.s, z30.s\n",
+            // Row scales: min(l % 4, last)·nb floats.
+            "mov z12.s, {last:w}\n",
+            "mov z25.d, z30.d\n",
+            "umin z25.s, p0/m, z25.s, z12.s\n",
+            "mov z12.s, {nb:w}\n",
+            "mul z25.s, p0/m, z25.s, z12.s\n",
+            // p5: tokens < T; p6: and rows < last + 1.
+            "mov z12.s, {t:w}\n",
+            "cmphi p5.s, p0/z, z12.s, z31.s\n",
+            "mov z12.s, {last:w}\n",
+            "cmphs p6.s, p5/z, z12.s, z30.s\n",
+            "mov z16.s, #0\n",
+            "mov z17.s, #0\n",
+            "mov z18.s, #0\n",
+            "mov z19.s, #0\n",
+            "mov z21.s, #0\n",
+        )
+    };
+}
+
+/// One row's Q8 block, replicated to every segment.
+macro_rules! seg_row_q8 {
+    ($lo:literal, $hi:literal, $w:literal) => {
+        concat!(
+            "ld1rqb {{z",
+            $lo,
+            ".b}}, p0/z, [{",
+            $w,
+            "}, {off}]\n",
+            "ld1rqb {{z",
+            $hi,
+            ".b}}, p0/z, [{",
+            $w,
+            "}, {off2}]\n",
+        )
+    };
+}
+
+/// One row's Q4 block, replicated to every segment and unpacked as
+/// `aarch64::load_w` does: (n & 0x0F) − 8 (elements 0–15), (n >> 4) − 8
+/// (16–31).
+macro_rules! seg_row_q4 {
+    ($lo:literal, $hi:literal, $w:literal) => {
+        concat!(
+            "ld1rqb {{z",
+            $lo,
+            ".b}}, p0/z, [{",
+            $w,
+            "}, {off}]\n",
+            "lsr z",
+            $hi,
+            ".b, z",
+            $lo,
+            ".b, #4\n",
+            "and z",
+            $lo,
+            ".b, z",
+            $lo,
+            ".b, z22.b\n",
+            "sub z",
+            $lo,
+            ".b, z",
+            $lo,
+            ".b, z23.b\n",
+            "sub z",
+            $hi,
+            ".b, z",
+            $hi,
+            ".b, z23.b\n",
+        )
+    };
+}
+
+/// The four rows' weights of one block.
+macro_rules! seg_rows {
+    ($row:ident) => {
+        concat!(
+            $row!("2", "3", "w0"),
+            $row!("4", "5", "w1"),
+            $row!("6", "7", "w2"),
+            $row!("8", "9", "w3"),
+        )
+    };
+}
+
+/// The segment tile's whole call: `groups` groups of four rows, each its
+/// blocks in order: weights (`$row`), the tokens' activations, the sdots,
+/// the reduction, the block's int32 sums (difference of two reductions),
+/// and the scalar kernel's `sum += sumi · dw · dx` (no FMA) in every lane;
+/// then the group's outputs scattered (p6) and the next group. `$bb` the
+/// weight bytes per block, `$off2` how the second offset moves (Q8: the
+/// hi half's).
+macro_rules! seg_asm {
+    ($row:ident, $init:expr, $bb:literal, $step2:expr, $s:ident, $($extra:tt)*) => {
+        asm!(
+            seg_setup!(),
+            $init,
+            "3:",
+            "mov z28.s, #0",
+            "mov {off}, #0",
+            "mov {off2}, #16",
+            "mov {n}, {nb}",
+            "2:",
+            seg_rows!($row),
+            "ld1w {{z0.s}}, p5/z, [{x}, z10.s, uxtw]",
+            "ld1w {{z1.s}}, p5/z, [{x}, z11.s, uxtw]",
+            "sdot z16.s, z2.b, z0.b",
+            "sdot z16.s, z3.b, z1.b",
+            "sdot z17.s, z4.b, z0.b",
+            "sdot z17.s, z5.b, z1.b",
+            "sdot z18.s, z6.b, z0.b",
+            "sdot z18.s, z7.b, z1.b",
+            "sdot z19.s, z8.b, z0.b",
+            "sdot z19.s, z9.b, z1.b",
+            // Segment-local: z12 = [r0, r1, r0, r1] pair sums, z13 the
+            // same for r2, r3; then their two halves added: [r0..r3].
+            "trn1 z12.s, z16.s, z17.s",
+            "trn2 z13.s, z16.s, z17.s",
+            "add z12.s, z12.s, z13.s",
+            "trn1 z13.s, z18.s, z19.s",
+            "trn2 z14.s, z18.s, z19.s",
+            "add z13.s, z13.s, z14.s",
+            "trn1 z14.d, z12.d, z13.d",
+            "trn2 z15.d, z12.d, z13.d",
+            "add z20.s, z14.s, z15.s",
+            "sub z12.s, z20.s, z21.s",
+            "mov z21.d, z20.d",
+            "scvtf z12.s, p0/m, z12.s",
+            "ld1w {{z24.s}}, p0/z, [{sw}, z25.s, uxtw #2]",
+            "ld1w {{z26.s}}, p5/z, [{sx}, z27.s, uxtw #2]",
+            "fmul z12.s, z12.s, z24.s",
+            "fmul z12.s, z12.s, z26.s",
+            "fadd z28.s, z28.s, z12.s",
+            concat!("add {off}, {off}, #", $bb),
+            $step2,
+            "add {x}, {x}, #32",
+            "add {sx}, {sx}, #4",
+            "add {sw}, {sw}, #4",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            "st1w {{z28.s}}, p6, [{y}, z29.s, uxtw #2]",
+            "add {y}, {y}, #16",
+            "add {w0}, {w0}, {adv}",
+            "add {w1}, {w1}, {adv}",
+            "add {w2}, {w2}, {adv}",
+            "add {w3}, {w3}, {adv}",
+            "add {sw}, {sw}, {swadv}",
+            "sub {x}, {x}, {xback}",
+            "sub {sx}, {sx}, {sxback}",
+            "subs {groups}, {groups}, #1",
+            "b.ne 3b",
+            w0 = inout(reg) $s.w[0] => _,
+            w1 = inout(reg) $s.w[1] => _,
+            w2 = inout(reg) $s.w[2] => _,
+            w3 = inout(reg) $s.w[3] => _,
+            sw = inout(reg) $s.sw => _,
+            x = inout(reg) $s.x => _,
+            sx = inout(reg) $s.sx => _,
+            y = inout(reg) $s.y => _,
+            off = out(reg) _,
+            off2 = out(reg) _,
+            n = out(reg) _,
+            nb = in(reg) $s.nb,
+            last = in(reg) $s.rows - 1,
+            t = in(reg) $s.t,
+            xstride = in(reg) $s.xstride,
+            sxstride = in(reg) $s.sxstride,
+            ystride = in(reg) $s.ystride,
+            groups = inout(reg) $s.groups => _,
+            adv = in(reg) $s.adv,
+            swadv = in(reg) $s.swadv,
+            xback = in(reg) $s.nb * QK,
+            sxback = in(reg) $s.nb * 4,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+            out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v24") _, out("v25") _, out("v26") _,
+            out("v27") _, out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+            out("p0") _, out("p5") _, out("p6") _,
+            $($extra)*
+            options(nostack)
+        )
+    };
+}
+
+/// One segment-tile call's operands: `groups` groups of four rows from the
+/// first group's row pointers `w` and scales `sw` (each next group `adv`
+/// weight bytes and `swadv` scale bytes on from where the last left them),
+/// `rows` of the last group stored; `t` tokens from activation `x` and
+/// scales `sx`, token i's `i·xstride` bytes and `i·sxstride` floats on, its
+/// outputs at y + i·ystride floats.
+struct Seg {
+    w: [*const u8; 4],
+    sw: *const f32,
+    nb: usize,
+    rows: usize,
+    groups: usize,
+    adv: usize,
+    swadv: usize,
+    x: *const i8,
+    sx: *const f32,
+    y: *mut f32,
+    t: usize,
+    xstride: usize,
+    sxstride: usize,
+    ystride: usize,
+}
+
+impl Seg {
+    /// # Safety
+    /// SVE, t ≤ VL/128 and every lane offset below 2^32 bytes; for i < t,
+    /// token i's nb blocks and scales and 4·(groups − 1) + rows outputs lie
+    /// inside the operands; the groups' rows (clamped by `w` to the last
+    /// group's `rows`) have nb blocks at `w` and nb scales at sw + j·nb.
+    #[target_feature(enable = "sve")]
+    unsafe fn run<const Q4: bool>(&self) {
+        // SAFETY: the caller's contract above: per group the asm reads nb
+        // blocks at each w[j] (replicated loads of 16 bytes), the tile's
+        // tokens' nb blocks and scales (gathers predicated on p5: tokens <
+        // t) and the rows' scales, and writes the `rows` (or four) outputs
+        // of each of the t tokens (scatter predicated on p6); it writes
+        // only the declared registers; the function's feature is SVE.
+        unsafe {
+            if Q4 {
+                seg_asm!(
+                    seg_row_q4,
+                    concat!("mov z22.b, #15\n", "mov z23.b, #8\n"),
+                    "16",
+                    "",
+                    self,
+                    out("v22") _, out("v23") _,
+                )
+            } else {
+                seg_asm!(seg_row_q8, "", "32", "add {off2}, {off2}, #32", self,)
+            }
+        }
+    }
+}
+
+impl Matvec {
+    /// The matmul in segment tiles of up to `s` tokens (VL = 128·s bits),
+    /// if the outputs lie at equal strides (as `chunks_exact_mut` cuts them)
+    /// and every lane's offset fits 32 bits; false (nothing done) if not.
+    ///
+    /// # Safety
+    /// SVE with VL = 128·s bits, s ≥ 2; the operands passed
+    /// `check_matmul_operands`, nb ≥ 1; `y` holds n output rows, token t's
+    /// activations are `t·xq_stride` bytes and `t·xd_stride` scales on.
+    #[target_feature(enable = "sve")]
+    unsafe fn segments<const Q4: bool>(
+        &self,
+        y: &mut [&mut [f32]],
+        n: usize,
+        xq_stride: usize,
+        xd_stride: usize,
+        s: usize,
+    ) -> bool {
+        let y0 = y[0].as_mut_ptr();
+        let ystride = if n > 1 {
+            (y[1].as_ptr() as usize).wrapping_sub(y0 as usize) / 4
+        } else {
+            0
+        };
+        let equal = y
+            .iter()
+            .enumerate()
+            .all(|(t, yt)| yt.as_ptr() as usize == (y0 as usize).wrapping_add(t.wrapping_mul(ystride * 4)));
+        let fits = |stride: usize, unit: usize| stride.checked_mul(s * unit).is_some_and(|v| v < 1 << 31);
+        if !equal || !fits(ystride, 4) || !fits(xq_stride, 1) || !fits(xd_stride, 4) {
+            return false;
+        }
+        let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+        let mut t = 0;
+        while t < n {
+            let tile = (n - t).min(s);
+            self.groups(4, |r, rows, groups| {
+                let sg = Seg {
+                    w: std::array::from_fn(|j| self.row(r, rows, j)),
+                    // SAFETY: rows r.. lie in [r0, r1), whose scales
+                    // check_matmul_operands bounded.
+                    sw: unsafe { self.wd.add(r * self.nb) },
+                    nb: self.nb,
+                    rows,
+                    groups,
+                    adv: 4 * self.stride,
+                    swadv: 3 * self.nb * 4,
+                    // SAFETY: tokens t.. < n, whose activations
+                    // check_matmul_operands bounded.
+                    x: unsafe { self.xq.add(t * xq_stride) },
+                    // SAFETY: as above.
+                    sx: unsafe { self.xd.add(t * xd_stride) },
+                    // Token t's output row r: y0 + t·ystride + r − r0
+                    // (equal strides, checked above).
+                    y: y0.wrapping_add(t * ystride + r - self.r0),
+                    t: tile,
+                    xstride: xq_stride,
+                    sxstride: xd_stride,
+                    ystride,
+                };
+                let _ = bb;
+                // SAFETY: tile ≤ s tokens and groups of rows inside the
+                // checked operands; the offsets fit (above).
+                unsafe { sg.run::<Q4>() };
+            });
+            t += tile;
+        }
+        true
     }
 }
