@@ -1532,16 +1532,134 @@ macro_rules! seg_setup {
             "umin z25.s, p0/m, z25.s, z12.s\n",
             "mov z12.s, {nb:w}\n",
             "mul z25.s, p0/m, z25.s, z12.s\n",
-            // p5: tokens < T; p6: and rows < last + 1.
-            "mov z12.s, {t:w}\n",
-            "cmphi p5.s, p0/z, z12.s, z31.s\n",
-            "mov z12.s, {last:w}\n",
-            "cmphs p6.s, p5/z, z12.s, z30.s\n",
             "mov z16.s, #0\n",
             "mov z17.s, #0\n",
             "mov z18.s, #0\n",
             "mov z19.s, #0\n",
             "mov z21.s, #0\n",
+        )
+    };
+}
+
+/// A token vector's predicates: `$p` its tokens' lanes (l / 4 < `$t`),
+/// `$ps` those of them in rows ≤ last (the stores).
+macro_rules! seg_preds {
+    ($t:expr, $p:literal, $ps:literal) => {
+        concat!(
+            "mov z12.s, {",
+            $t,
+            ":w}\n",
+            "cmphi ",
+            $p,
+            ".s, p0/z, z12.s, z31.s\n",
+            "mov z12.s, {last:w}\n",
+            "cmphs ",
+            $ps,
+            ".s, ",
+            $p,
+            "/z, z12.s, z30.s\n",
+        )
+    };
+}
+
+/// One token vector's step of a block (the rows' weights in z2–z9): its
+/// tokens' activation halves gathered, the sdots into the running sums, the
+/// segment-local reduction into `$cur` and the block's int32 sums `$cur −
+/// $prev`, then `sum += sumi · dw · dx` (no FMA) into `$acc`; its
+/// activation pointers moved to the next block.
+macro_rules! seg_vec {
+    ($x:expr, $sx:expr, $p:literal, $cur:literal, $prev:literal, $acc:literal) => {
+        concat!(
+            "ld1w {{z0.s}}, ",
+            $p,
+            "/z, [{",
+            $x,
+            "}, z10.s, uxtw]\n",
+            "ld1w {{z1.s}}, ",
+            $p,
+            "/z, [{",
+            $x,
+            "}, z11.s, uxtw]\n",
+            "sdot z16.s, z2.b, z0.b\n",
+            "sdot z16.s, z3.b, z1.b\n",
+            "sdot z17.s, z4.b, z0.b\n",
+            "sdot z17.s, z5.b, z1.b\n",
+            "sdot z18.s, z6.b, z0.b\n",
+            "sdot z18.s, z7.b, z1.b\n",
+            "sdot z19.s, z8.b, z0.b\n",
+            "sdot z19.s, z9.b, z1.b\n",
+            // Segment-local: z12 = [r0, r1, r0, r1] pair sums, z13 the
+            // same for r2, r3; then their two halves added: [r0..r3].
+            "trn1 z12.s, z16.s, z17.s\n",
+            "trn2 z13.s, z16.s, z17.s\n",
+            "add z12.s, z12.s, z13.s\n",
+            "trn1 z13.s, z18.s, z19.s\n",
+            "trn2 z14.s, z18.s, z19.s\n",
+            "add z13.s, z13.s, z14.s\n",
+            "trn1 z14.d, z12.d, z13.d\n",
+            "trn2 z15.d, z12.d, z13.d\n",
+            "add ",
+            $cur,
+            ".s, z14.s, z15.s\n",
+            "sub z12.s, ",
+            $cur,
+            ".s, ",
+            $prev,
+            ".s\n",
+            "scvtf z12.s, p0/m, z12.s\n",
+            "ld1w {{z26.s}}, ",
+            $p,
+            "/z, [{",
+            $sx,
+            "}, z27.s, uxtw #2]\n",
+            "fmul z12.s, z12.s, z24.s\n",
+            "fmul z12.s, z12.s, z26.s\n",
+            "fadd ",
+            $acc,
+            ".s, ",
+            $acc,
+            ".s, z12.s\n",
+            "add {",
+            $x,
+            "}, {",
+            $x,
+            "}, #32\n",
+            "add {",
+            $sx,
+            "}, {",
+            $sx,
+            "}, #4\n",
+        )
+    };
+}
+
+/// After a group, a token vector's outputs scattered (`$ps`), its output
+/// pointer on four rows and its activation pointers back to block 0.
+macro_rules! seg_vec_end {
+    ($x:expr, $sx:expr, $y:expr, $ps:literal, $acc:literal) => {
+        concat!(
+            "st1w {{",
+            $acc,
+            ".s}}, ",
+            $ps,
+            ", [{",
+            $y,
+            "}, z29.s, uxtw #2]\n",
+            "add {",
+            $y,
+            "}, {",
+            $y,
+            "}, #16\n",
+            "sub {",
+            $x,
+            "}, {",
+            $x,
+            "}, {xback}\n",
+            "sub {",
+            $sx,
+            "}, {",
+            $sx,
+            "}, {sxback}\n",
         )
     };
 }
@@ -1612,69 +1730,44 @@ macro_rules! seg_rows {
 }
 
 /// The segment tile's whole call: `groups` groups of four rows, each its
-/// blocks in order: weights (`$row`), the tokens' activations, the sdots,
-/// the reduction, the block's int32 sums (difference of two reductions),
-/// and the scalar kernel's `sum += sumi · dw · dx` (no FMA) in every lane;
-/// then the group's outputs scattered (p6) and the next group. `$bb` the
-/// weight bytes per block, `$off2` how the second offset moves (Q8: the
-/// hi half's).
+/// blocks in order: the four rows' weights (`$row`) and scales, then each
+/// token vector's step (`seg_vec`); then the group's outputs scattered and
+/// the next group. `$bb` the weight bytes per block, `$step2` how the
+/// second weight offset moves (Q8: the hi halves'), `$odd` what follows a
+/// block of one token vector (the reductions alternate between z20 and
+/// z21, so every block starts from z21). One or two token vectors, listed
+/// as (activation, scales, output, token count operands; predicates; float
+/// sum; reductions).
 macro_rules! seg_asm {
-    ($row:ident, $init:expr, $bb:literal, $step2:expr, $s:ident, $($extra:tt)*) => {
+    ($row:ident, $init:expr, $bb:literal, $step2:expr, $odd:expr, $s:ident,
+     [$(($x:ident, $sx:ident, $y:ident, $t:ident, $p:literal, $ps:literal, $acc:literal, $cur:literal, $prev:literal,
+         $xv:expr, $sxv:expr, $yv:expr, $tv:expr)),+],
+     $($extra:tt)*) => {
         asm!(
             seg_setup!(),
+            $(seg_preds!(stringify!($t), $p, $ps),)+
             $init,
             "3:",
-            "mov z28.s, #0",
+            $(concat!("mov ", $acc, ".s, #0"),)+
             "mov {off}, #0",
             "mov {off2}, #16",
             "mov {n}, {nb}",
             "2:",
             seg_rows!($row),
-            "ld1w {{z0.s}}, p5/z, [{x}, z10.s, uxtw]",
-            "ld1w {{z1.s}}, p5/z, [{x}, z11.s, uxtw]",
-            "sdot z16.s, z2.b, z0.b",
-            "sdot z16.s, z3.b, z1.b",
-            "sdot z17.s, z4.b, z0.b",
-            "sdot z17.s, z5.b, z1.b",
-            "sdot z18.s, z6.b, z0.b",
-            "sdot z18.s, z7.b, z1.b",
-            "sdot z19.s, z8.b, z0.b",
-            "sdot z19.s, z9.b, z1.b",
-            // Segment-local: z12 = [r0, r1, r0, r1] pair sums, z13 the
-            // same for r2, r3; then their two halves added: [r0..r3].
-            "trn1 z12.s, z16.s, z17.s",
-            "trn2 z13.s, z16.s, z17.s",
-            "add z12.s, z12.s, z13.s",
-            "trn1 z13.s, z18.s, z19.s",
-            "trn2 z14.s, z18.s, z19.s",
-            "add z13.s, z13.s, z14.s",
-            "trn1 z14.d, z12.d, z13.d",
-            "trn2 z15.d, z12.d, z13.d",
-            "add z20.s, z14.s, z15.s",
-            "sub z12.s, z20.s, z21.s",
-            "mov z21.d, z20.d",
-            "scvtf z12.s, p0/m, z12.s",
             "ld1w {{z24.s}}, p0/z, [{sw}, z25.s, uxtw #2]",
-            "ld1w {{z26.s}}, p5/z, [{sx}, z27.s, uxtw #2]",
-            "fmul z12.s, z12.s, z24.s",
-            "fmul z12.s, z12.s, z26.s",
-            "fadd z28.s, z28.s, z12.s",
+            $(seg_vec!(stringify!($x), stringify!($sx), $p, $cur, $prev, $acc),)+
+            $odd,
             concat!("add {off}, {off}, #", $bb),
             $step2,
-            "add {x}, {x}, #32",
-            "add {sx}, {sx}, #4",
             "add {sw}, {sw}, #4",
             "subs {n}, {n}, #1",
             "b.ne 2b",
-            "st1w {{z28.s}}, p6, [{y}, z29.s, uxtw #2]",
-            "add {y}, {y}, #16",
+            $(seg_vec_end!(stringify!($x), stringify!($sx), stringify!($y), $ps, $acc),)+
             "add {w0}, {w0}, {adv}",
             "add {w1}, {w1}, {adv}",
             "add {w2}, {w2}, {adv}",
             "add {w3}, {w3}, {adv}",
             "add {sw}, {sw}, {swadv}",
-            "sub {x}, {x}, {xback}",
-            "sub {sx}, {sx}, {sxback}",
             "subs {groups}, {groups}, #1",
             "b.ne 3b",
             w0 = inout(reg) $s.w[0] => _,
@@ -1682,15 +1775,12 @@ macro_rules! seg_asm {
             w2 = inout(reg) $s.w[2] => _,
             w3 = inout(reg) $s.w[3] => _,
             sw = inout(reg) $s.sw => _,
-            x = inout(reg) $s.x => _,
-            sx = inout(reg) $s.sx => _,
-            y = inout(reg) $s.y => _,
+            $($x = inout(reg) $xv => _, $sx = inout(reg) $sxv => _, $y = inout(reg) $yv => _, $t = in(reg) $tv,)+
             off = out(reg) _,
             off2 = out(reg) _,
             n = out(reg) _,
             nb = in(reg) $s.nb,
             last = in(reg) $s.rows - 1,
-            t = in(reg) $s.t,
             xstride = in(reg) $s.xstride,
             sxstride = in(reg) $s.sxstride,
             ystride = in(reg) $s.ystride,
@@ -1705,10 +1795,30 @@ macro_rules! seg_asm {
             out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
             out("v20") _, out("v21") _, out("v24") _, out("v25") _, out("v26") _,
             out("v27") _, out("v28") _, out("v29") _, out("v30") _, out("v31") _,
-            out("p0") _, out("p5") _, out("p6") _,
+            out("p0") _, out("p3") _, out("p4") _, out("p5") _, out("p6") _,
             $($extra)*
             options(nostack)
         )
+    };
+}
+
+/// `seg_asm!` in format `$q4` for the token vectors listed.
+macro_rules! seg_call {
+    ($s:ident, $q4:expr, $odd:expr, $vecs:tt) => {
+        if $q4 {
+            seg_asm!(
+                seg_row_q4,
+                concat!("mov z22.b, #15\n", "mov z23.b, #8\n"),
+                "16",
+                "",
+                $odd,
+                $s,
+                $vecs,
+                out("v22") _, out("v23") _,
+            )
+        } else {
+            seg_asm!(seg_row_q8, "", "32", "add {off2}, {off2}, #32", $odd, $s, $vecs,)
+        }
     };
 }
 
@@ -1737,30 +1847,58 @@ struct Seg {
 
 impl Seg {
     /// # Safety
-    /// SVE, t ≤ VL/128 and every lane offset below 2^32 bytes; for i < t,
-    /// token i's nb blocks and scales and 4·(groups − 1) + rows outputs lie
-    /// inside the operands; the groups' rows (clamped by `w` to the last
-    /// group's `rows`) have nb blocks at `w` and nb scales at sw + j·nb.
+    /// SVE with VL = 128·`s` bits, t ≤ 2s, and every lane offset below 2^32
+    /// bytes; for i < t, token i's nb blocks and scales and 4·(groups − 1)
+    /// + rows outputs lie inside the operands; the groups' rows (clamped by
+    /// `w` to the last group's `rows`) have nb blocks at `w` and nb scales
+    /// at sw + j·nb.
     #[target_feature(enable = "sve")]
-    unsafe fn run<const Q4: bool>(&self) {
+    unsafe fn run<const Q4: bool>(&self, s: usize) {
+        // The second token vector's tokens start s on.
+        let (x1, sx1, y1) = (
+            self.x.wrapping_add(s * self.xstride),
+            self.sx.wrapping_add(s * self.sxstride),
+            self.y.wrapping_add(s * self.ystride),
+        );
         // SAFETY: the caller's contract above: per group the asm reads nb
         // blocks at each w[j] (replicated loads of 16 bytes), the tile's
-        // tokens' nb blocks and scales (gathers predicated on p5: tokens <
-        // t) and the rows' scales, and writes the `rows` (or four) outputs
-        // of each of the t tokens (scatter predicated on p6); it writes
-        // only the declared registers; the function's feature is SVE.
+        // tokens' nb blocks and scales (gathers predicated on p5/p3: the
+        // vector's tokens < t) and the rows' scales, and writes the `rows`
+        // (or four) outputs of each of the t tokens (scatters predicated on
+        // p6/p4); it writes only the declared registers; the function's
+        // feature is SVE.
         unsafe {
-            if Q4 {
-                seg_asm!(
-                    seg_row_q4,
-                    concat!("mov z22.b, #15\n", "mov z23.b, #8\n"),
-                    "16",
-                    "",
+            if self.t > s {
+                seg_call!(
                     self,
-                    out("v22") _, out("v23") _,
+                    Q4,
+                    "",
+                    [
+                        (x0, sx0, y0, t0, "p5", "p6", "z28", "z20", "z21", self.x, self.sx, self.y, s),
+                        (
+                            x1,
+                            sx1,
+                            y1,
+                            t1,
+                            "p3",
+                            "p4",
+                            "z30",
+                            "z21",
+                            "z20",
+                            x1,
+                            sx1,
+                            y1,
+                            self.t - s
+                        )
+                    ]
                 )
             } else {
-                seg_asm!(seg_row_q8, "", "32", "add {off2}, {off2}, #32", self,)
+                seg_call!(
+                    self,
+                    Q4,
+                    "mov z21.d, z20.d",
+                    [(x0, sx0, y0, t0, "p5", "p6", "z28", "z20", "z21", self.x, self.sx, self.y, self.t)]
+                )
             }
         }
     }
@@ -1798,10 +1936,9 @@ impl Matvec {
         if !equal || !fits(ystride, 4) || !fits(xq_stride, 1) || !fits(xd_stride, 4) {
             return false;
         }
-        let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
         let mut t = 0;
         while t < n {
-            let tile = (n - t).min(s);
+            let tile = (n - t).min(2 * s);
             self.groups(4, |r, rows, groups| {
                 let sg = Seg {
                     w: std::array::from_fn(|j| self.row(r, rows, j)),
@@ -1826,10 +1963,9 @@ impl Matvec {
                     sxstride: xd_stride,
                     ystride,
                 };
-                let _ = bb;
                 // SAFETY: tile ≤ s tokens and groups of rows inside the
                 // checked operands; the offsets fit (above).
-                unsafe { sg.run::<Q4>() };
+                unsafe { sg.run::<Q4>(s) };
             });
             t += tile;
         }
