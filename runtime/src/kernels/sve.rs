@@ -1438,7 +1438,7 @@ unsafe fn matmul<const Q4: bool>(
     };
     let (xq_stride, xd_stride) = (x.cols, x.cols / QK);
     let vb = vector_bytes();
-    if vb >= 64 {
+    if vb >= 32 {
         // SAFETY: as this function's contract.
         if unsafe { m.segments::<Q4>(y, x.n, xq_stride, xd_stride, vb / 16) } {
             return;
