@@ -1972,3 +1972,85 @@ impl Matvec {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::core::quant::{quantize_row_q8, Q4_BLOCK_BYTES, QK};
+    use crate::core::rng::Rng;
+    use crate::core::tensor::{QActs, QTensor, WType};
+
+    /// Outputs at unequal strides cannot be scattered: the matmul takes the
+    /// narrow tile at every vector length, and still gives the matvec's
+    /// bits for every token (`tests/it/batch.rs` cuts its outputs with
+    /// `chunks_exact_mut`, as the model does, so it tests the other path).
+    #[test]
+    fn outputs_at_unequal_strides_are_the_matvec_per_token() {
+        crate::guard::guard();
+        let mut rng = Rng::new(7);
+        for (q4, k, rows, n) in [
+            (false, 64, 9, 5),
+            (true, 96, 6, 9),
+            (false, 32, 4, 17),
+            (true, 32, 5, 3),
+        ] {
+            let nb = k / QK;
+            let bb = if q4 { Q4_BLOCK_BYTES } else { QK };
+            let wq: Vec<u8> = (0..rows * nb * bb)
+                .map(|_| match q4 {
+                    true => rng.next_u32() as u8,
+                    false => ((rng.next_u32() % 255) as i32 - 127) as i8 as u8,
+                })
+                .collect();
+            let wd: Vec<f32> = (0..rows * nb).map(|_| rng.symmetric(0.05)).collect();
+            let wtype = if q4 { WType::Q4_0 } else { WType::Q8_0 };
+            let w = QTensor {
+                wtype,
+                rows,
+                cols: k,
+                q: &wq,
+                d: &wd,
+                packed: false,
+            };
+            let xf: Vec<f32> = (0..k * n).map(|_| rng.symmetric(2.0)).collect();
+            let (mut xq, mut xd) = (vec![0i8; k * n], vec![0f32; nb * n]);
+            quantize_row_q8(&xf, &mut xq, &mut xd);
+            let x = QActs {
+                q: &xq,
+                d: &xd,
+                cols: k,
+                n,
+            };
+            // Token t's outputs t % 3 floats after token t − 1's.
+            let mut buf = vec![0f32; n * (rows + 2)];
+            let mut rest: &mut [f32] = &mut buf;
+            let mut ys: Vec<&mut [f32]> = Vec::new();
+            for t in 0..n {
+                let (_, r) = std::mem::take(&mut rest).split_at_mut(t % 3);
+                let (yt, r) = r.split_at_mut(rows);
+                ys.push(yt);
+                rest = r;
+            }
+            for (r0, r1) in [(0, rows), (1, rows - 1)] {
+                if q4 {
+                    super::matmul_q4(&mut ys, &w, &x, r0, r1);
+                } else {
+                    super::matmul_q8(&mut ys, &w, &x, r0, r1);
+                }
+                for (t, yt) in ys.iter().enumerate() {
+                    let mut want = vec![0f32; r1 - r0];
+                    if q4 {
+                        super::matvec_q4(&mut want, &w, &x.token(t), r0, r1);
+                    } else {
+                        super::matvec_q8(&mut want, &w, &x.token(t), r0, r1);
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&yt[..r1 - r0]),
+                        bits(&want),
+                        "q4 {q4} k {k} rows {r0}..{r1} token {t} of {n}"
+                    );
+                }
+            }
+        }
+    }
+}
