@@ -1,7 +1,7 @@
 //! SVE tier (AArch64 only): A64FX, Graviton3, Neoverse V1/N2/V2 and later.
-//! Implements the two matvecs; everything else is the NEON tier's (bound,
-//! not re-implemented: the float kernels are load-bound at the model's
-//! sizes).
+//! Implements the two matvecs and the two matmuls; everything else is the
+//! NEON tier's (bound, not re-implemented: the float kernels are load-bound
+//! at the model's sizes).
 //!
 //! This tier deliberately does not use the neon_dotprod module: SVE does
 //! not imply FEAT_DotProd (qemu's a64fx model has SVE without it), and
@@ -63,6 +63,66 @@
 //! against the dotprod tier's 10; at 128 bits the narrow steps are the
 //! dotprod tier's algorithm, cheaper by the running sums (no reset), the
 //! gathered scales and two blocks per iteration.
+//!
+//! Matmul (prompt processing, `matmul_q8`/`matmul_q4`): tiles of four rows
+//! × several tokens, a weight block loaded (and for Q4_0 unpacked, with the
+//! − 8 applied to the nibbles once per tile) for all the tile's tokens.
+//! Which tile runs depends on the vector length, chosen per call:
+//! * VL = 128 (the *narrow tile*, `Tile`): four rows × up to four tokens,
+//!   one block per step in 128-bit registers, each token's step the narrow
+//!   matvec's (`sdot` on z, three `addp`, the term); the four rows' int32
+//!   sums are shared by the tile's tokens and never reset, so each token's
+//!   block sums are again the difference of two consecutive reductions.
+//!   Per row, block and token about 5 instructions (Q8_0), against the
+//!   matvec's 6.5. It is also the fallback at every length when the
+//!   outputs do not lie at equal strides (the model cuts them with
+//!   `chunks_exact_mut`, so they always do there).
+//! * VL ≥ 256 (the *segment tile*, `Seg`): four rows × 2·VL/128 tokens,
+//!   one token per 128-bit segment of two token vectors. A row's block is
+//!   loaded once, replicated to every segment (`ld1rqb`, two vectors:
+//!   elements 0–15 and 16–31), each token's block halves gathered into its
+//!   segment (`ld1w` with offsets), so eight `sdot`s serve VL/128 tokens;
+//!   a segment-local reduction (`trn1`/`trn2` + add at .s, then at .d:
+//!   nine instructions) leaves token t's four rows' sums in lanes 4t + j,
+//!   and the terms are computed lane by lane for all of them: the row
+//!   scales gathered once per block, the tokens' once per vector, the
+//!   outputs scattered (`st1w` with offsets: the outputs' equal stride).
+//!   Lanes past the tile's tokens are predicated off in every load and
+//!   store. Base SVE has no segment-wise `addp` (that is SVE2), hence the
+//!   `trn` rounds, which never cross a segment.
+//!
+//! Both compute each token's exact int32 block sums (the same products as
+//! the matvec, summed in int32 where no partial sum can overflow; the
+//! running sums' differences exact in wrapping int32), then per row and
+//! block the scalar kernel's `sum += sumi · dw · dx` in its order and with
+//! no FMA (`scvtf`, `fmul` by the row's scale, `fmul` by the token's, `fadd`
+//! to a float sum that starts at +0.0), blocks in order: so y[t][r] is the
+//! matvec's bits for token t (and the scalar kernel's) at every vector
+//! length, however the rows and tokens fall into tiles (batch invariance,
+//! `tests/it/batch.rs`). One token takes the matvec itself.
+//!
+//! Cost, in guest instructions per prompt token under qemu (the harness's
+//! figure: `ml run` with a 40-token prompt less an 8-token one, / 32, the
+//! whole token; Q8_0 / Q4_0), on the golden models (`ml gen` defaults:
+//! dim 64, hidden 128) and, in brackets, on `--dim 256 --hidden 512 --vocab
+//! 4096 --layers 4`; before, the matvec once per token:
+//!
+//! | VL | before | after |
+//! |---|---|---|
+//! | 128 | 57.8 k / 65.2 k (656 k / 895 k) | 52.5 k / 54.7 k (564 k / 637 k) |
+//! | 256 | 57.8 k / 59.7 k (656 k / 733 k) | 50.2 k / 51.7 k (504 k / 555 k) |
+//! | 512 | 50.5 k / 59.4 k (459 k / 498 k) | 44.4 k / 45.2 k (342 k / 367 k) |
+//! | 2048 | 51.9 k / 56.6 k (286 k / 327 k) | 40.1 k / 40.3 k (221 k / 227 k) |
+//!
+//! against neon-dotprod's 60.2 k / 63.7 k (734 k / 827 k) on cortex-a76.
+//! The matmul itself, before → after, on the golden models: 18.7 k → 13.8
+//! k / 26.2 k → 16.1 k at VL 128, 18.7 k → 11.4 k / 20.7 k → 13.0 k at
+//! 256, 11.3 k → 5.7 k / 20.4 k → 6.5 k at 512, 12.8 k → 1.4 k / 17.6 k →
+//! 1.6 k at 2048 (neon-dotprod's 21.3 k / 24.7 k). Decoding is unchanged
+//! (one token is the matvec). At VL 128 the segment tile would be one
+//! token per vector (8.3 instructions per row, block and token against the
+//! narrow tile's 5), and at 256 the narrow tile costs 5–12 % more than the
+//! segment tile, so the switch is at 256.
 
 use std::arch::asm;
 
@@ -1848,10 +1908,10 @@ struct Seg {
 impl Seg {
     /// # Safety
     /// SVE with VL = 128·`s` bits, t ≤ 2s, and every lane offset below 2^32
-    /// bytes; for i < t, token i's nb blocks and scales and 4·(groups − 1)
-    /// + rows outputs lie inside the operands; the groups' rows (clamped by
-    /// `w` to the last group's `rows`) have nb blocks at `w` and nb scales
-    /// at sw + j·nb.
+    /// bytes; for i < t, token i's nb blocks and scales and its
+    /// 4·(groups − 1) + rows outputs lie inside the operands; the groups'
+    /// rows (clamped by `w` to the last group's `rows`) have nb blocks at
+    /// `w` and nb scales at sw + j·nb.
     #[target_feature(enable = "sve")]
     unsafe fn run<const Q4: bool>(&self, s: usize) {
         // The second token vector's tokens start s on.
