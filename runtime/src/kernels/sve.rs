@@ -1549,8 +1549,9 @@ unsafe fn matmul<const Q4: bool>(
 }
 
 // ---------------------------------------------------------------------------
-// The matmul's segment tile (VL ≥ 512): four rows × S = VL/128 tokens per
-// step, one token per 128-bit segment. A row's block is loaded once,
+// The matmul's segment tile (VL ≥ 256): four rows × S = VL/128 tokens per
+// token vector, one token per 128-bit segment, one or two token vectors per
+// step. A row's block is loaded once,
 // replicated to every segment (`ld1rqb`: elements 0–15 in one vector, 16–31
 // in another), and each token's block is gathered into its own segment, so
 // the four rows' two sdots serve all S tokens; a segment-local reduction
@@ -1561,8 +1562,9 @@ unsafe fn matmul<const Q4: bool>(
 // offsets, z12–z15 scratch, z16–z19 the rows' running int32 sums (never
 // reset, as in the matvec), z20/z21 their last two reductions, z24 the rows'
 // scales and z25 their offsets, z26 the tokens' scales and z27 their offsets,
-// z28 the float sums, z29 the outputs' offsets; p0 all true, p5 the tile's
-// tokens' lanes, p6 those of the rows stored. Q4: z22 = 0x0F, z23 = 8.
+// z28 the float sums (z30 the second token vector's), z29 the outputs'
+// offsets; p0 all true, p5 the first token vector's tokens' lanes, p6 those
+// of the rows stored (p3, p4 the second's). Q4: z22 = 0x0F, z23 = 8.
 
 /// The setup of `seg_asm!`: lane l is row l % 4 and token l / 4.
 macro_rules! seg_setup {
