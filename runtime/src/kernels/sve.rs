@@ -1551,10 +1551,10 @@ unsafe fn matmul<const Q4: bool>(
 // ---------------------------------------------------------------------------
 // The matmul's segment tile (VL ≥ 256): four rows × S = VL/128 tokens per
 // token vector, one token per 128-bit segment, one or two token vectors per
-// step. A row's block is loaded once,
-// replicated to every segment (`ld1rqb`: elements 0–15 in one vector, 16–31
-// in another), and each token's block is gathered into its own segment, so
-// the four rows' two sdots serve all S tokens; a segment-local reduction
+// step. A row's block is loaded once, replicated to every segment
+// (`ld1rqb`: elements 0–15 in one vector, 16–31 in another), and each
+// token's block is gathered into its own segment, so the four rows' two
+// sdots serve all S tokens of a vector; a segment-local reduction
 // (`trn1`/`trn2` + add, twice) leaves token t's four rows' sums in segment
 // t, lanes 4t + j, as the narrow steps' `addp` leaves one token's. Registers:
 // z0/z1 the tokens' activation halves, z2–z9 the rows' weights (z2j
