@@ -1457,9 +1457,10 @@ impl Tile {
     }
 }
 
-/// The tiled matmul: each token tile of up to four tokens runs every
-/// four-row group (`Tile`), a weight block loaded (and unpacked) once per
-/// tile.
+/// The tiled matmul: the segment tile (`Matvec::segments`) from VL 256 on
+/// when the outputs lie at equal strides, else the narrow tile: each token
+/// tile of up to four tokens runs every four-row group (`Tile`), a weight
+/// block loaded (and unpacked) once per tile. One token is the matvec.
 ///
 /// # Safety
 /// SVE; `scaffold::check_matmul_operands` has accepted these arguments and
@@ -1984,16 +1985,21 @@ impl Matvec {
         xd_stride: usize,
         s: usize,
     ) -> bool {
-        let y0 = y[0].as_mut_ptr();
+        // The asm scatters every token's outputs from token 0's address:
+        // each output row's provenance is exposed and the base pointer made
+        // from that address, so it may reach all of them (one derived from
+        // y[0] alone could reach y[0] only).
+        let a0 = y[0].as_mut_ptr().expose_provenance();
         let ystride = if n > 1 {
-            (y[1].as_ptr() as usize).wrapping_sub(y0 as usize) / 4
+            y[1].as_ptr().addr().wrapping_sub(a0) / 4
         } else {
             0
         };
         let equal = y
-            .iter()
+            .iter_mut()
             .enumerate()
-            .all(|(t, yt)| yt.as_ptr() as usize == (y0 as usize).wrapping_add(t.wrapping_mul(ystride * 4)));
+            .all(|(t, yt)| yt.as_mut_ptr().expose_provenance() == a0.wrapping_add(t.wrapping_mul(ystride * 4)));
+        let y0 = std::ptr::with_exposed_provenance_mut::<f32>(a0);
         let fits = |stride: usize, unit: usize| stride.checked_mul(s * unit).is_some_and(|v| v < 1 << 31);
         if !equal || !fits(ystride, 4) || !fits(xq_stride, 1) || !fits(xd_stride, 4) {
             return false;
