@@ -138,7 +138,7 @@ pub(crate) fn check_matmul(y: &[&mut [f32]], x: &crate::core::tensor::QActs, r0:
 /// `matmul_rows`, AArch64's `matmul` in `neon_matmul!`).
 #[cfg(any(
     all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")),
-    all(feature = "isa-neon", target_arch = "aarch64")
+    all(feature = "isa-neon", any(target_arch = "aarch64", target_arch = "arm"))
 ))]
 macro_rules! tiled_matmul_entry_points {
     ($driver:ident) => {
@@ -186,7 +186,7 @@ macro_rules! tiled_matmul_entry_points {
 /// (`aarch64::neon_matmul!`) tiles.
 #[cfg(any(
     all(feature = "isa-avx2", any(target_arch = "x86", target_arch = "x86_64")),
-    all(feature = "isa-neon", target_arch = "aarch64")
+    all(feature = "isa-neon", any(target_arch = "aarch64", target_arch = "arm"))
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn check_matmul_operands(
