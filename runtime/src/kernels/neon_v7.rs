@@ -1,6 +1,7 @@
 //! NEON tier on ARMv7 (`kernels::neon` when the target is arm; the AArch64
 //! NEON tier is `neon_a64.rs`): Cortex-A7, A8, A9, A15 and other ARMv7-A
-//! cores with Advanced SIMD. Implements all twelve kernels.
+//! cores with Advanced SIMD. Implements all twelve kernels and
+//! the matmuls of prompt processing.
 //!
 //! Build: ARMv7's NEON intrinsics and `#[target_feature(enable = "neon")]`
 //! are unstable, so this tier needs the whole crate built with
@@ -23,6 +24,21 @@
 //! * the integer path (matvec sums, quantize_q8) is exact, and the matvec's
 //!   float part (sumi · dw · dx accumulated per row) is done in VFP scalar
 //!   code in the scalar kernel's order: matvec is bit-identical to scalar;
+//! * the matmul (prompt processing) tiles rows in pairs and tokens in fours
+//!   (`matmul`, `sums2`): each weight block of the pair is loaded, and for
+//!   Q4_0 unpacked, once for up to four tokens. Four rows cannot share a
+//!   block between tokens in the twelve q registers this code may use (their
+//!   weights alone take eight); two rows' weights (four), a token's
+//!   activation block (two), one scratch, the int32 partials of two tokens ×
+//!   two rows (four) and Q4's 0x88 constant fill them. Only the integer
+//!   sums are computed differently, and they are exact; NEON converts them
+//!   to f32, which is exact too (|sumi| ≤ 32·127² < 2²⁴, so no rounding and
+//!   no subnormal), and the float part is the matvec's: VFP `sumi · dw · dx`
+//!   added per row and token in block order. A row's value does not depend
+//!   on the rows beside it (the matvec's four-row groups and its tail add
+//!   the same terms in the same order), so every output is bit-identical to
+//!   the matvec for its token (batch invariance), and an odd last row is
+//!   the matvec's own tail;
 //! * quantize_q8 is bit-identical: amax is an integer max over |x|'s bits,
 //!   and a block whose amax is below 2⁻¹¹⁸ (where flushing x·id could
 //!   change a quant) takes the scalar reference's path;
@@ -361,21 +377,29 @@ unsafe fn pair_tile<const Q4: bool, const T: usize>(
     // SAFETY: the contract above bounds every row, block, scale and token
     // read below, and the T outputs written.
     unsafe {
-        let xd_t: [*const f32; T] = std::array::from_fn(|t| xd.add((t0 + t) * xnb));
+        // The scale streams, each stepped one block at a time (a loop the
+        // compiler turns into post-incremented loads).
+        let mut pdx = [xd; T];
+        for (t, p) in pdx.iter_mut().enumerate() {
+            *p = xd.add((t0 + t) * xnb);
+        }
+        let (mut pdw0, mut pdw1) = (wd.add(r * nb), wd.add((r + 1) * nb));
         let mut b0 = 0;
         while b0 < nb {
             let n = CHUNK.min(nb - b0);
             let rows = [wq.add(r * stride + b0 * bb), wq.add((r + 1) * stride + b0 * bb)];
             sums2::<Q4, T>(xq.add(t0 * cols + b0 * QK), cols, rows, n, sums.as_mut_ptr());
-            let (wd0, wd1) = (wd.add(r * nb + b0), wd.add((r + 1) * nb + b0));
-            for b in 0..n {
-                let (dw0, dw1) = (*wd0.add(b), *wd1.add(b));
-                let s = &sums[2 * T * b..2 * T * (b + 1)];
+            let mut ps = sums.as_ptr();
+            for _ in 0..n {
+                let (dw0, dw1) = (*pdw0, *pdw1);
+                (pdw0, pdw1) = (pdw0.add(1), pdw1.add(1));
                 for (t, a) in acc.iter_mut().enumerate() {
-                    let dx = *xd_t[t].add(b0 + b);
-                    a[0] += s[2 * t] * dw0 * dx;
-                    a[1] += s[2 * t + 1] * dw1 * dx;
+                    let dx = *pdx[t];
+                    pdx[t] = pdx[t].add(1);
+                    a[0] += *ps.add(2 * t) * dw0 * dx;
+                    a[1] += *ps.add(2 * t + 1) * dw1 * dx;
                 }
+                ps = ps.add(2 * T);
             }
             b0 += n;
         }
