@@ -83,6 +83,7 @@ const CHUNK: usize = 16;
 /// # Safety
 /// NEON; `check_matvec` has accepted these arguments.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn matvec<const Q4: bool>(
     y: *mut f32,
     wq: *const u8,
