@@ -103,15 +103,26 @@ unsafe fn matvec<const Q4: bool>(
         let mut r = r0;
         while r + 4 <= r1 {
             let mut acc = [0.0f32; 4];
+            // The scale streams, stepped a block at a time (post-incremented
+            // VFP loads; indexing each from its base cost an add per load).
+            let (mut pdw, mut pdx) = ([wd; 4], xd);
+            for (j, p) in pdw.iter_mut().enumerate() {
+                *p = wd.add((r + j) * nb);
+            }
             let mut b0 = 0;
             while b0 < nb {
                 let n = CHUNK.min(nb - b0);
                 let rows: [*const u8; 4] = std::array::from_fn(|j| wq.add((r + j) * stride + b0 * bb));
                 sums4::<Q4>(xq.add(b0 * QK), rows, n, sumi.as_mut_ptr());
-                for b in 0..n {
+                let mut ps = sumi.as_ptr();
+                for _ in 0..n {
+                    let dx = *pdx;
+                    pdx = pdx.add(1);
                     for (j, a) in acc.iter_mut().enumerate() {
-                        *a += sumi[4 * b + j] as f32 * *wd.add((r + j) * nb + b0 + b) * *xd.add(b0 + b);
+                        *a += *ps.add(j) as f32 * *pdw[j] * dx;
+                        pdw[j] = pdw[j].add(1);
                     }
+                    ps = ps.add(4);
                 }
                 b0 += n;
             }
