@@ -278,10 +278,9 @@ pub struct BatchArg {
     /// Prompt tokens to run together, 1 to 128: each weight matrix is run
     /// once per chunk of N tokens, and the logits are the same bits for
     /// every N (1 runs the prompt token by token). A larger batch saves
-    /// memory traffic (each matrix stays in cache across the chunk) and, in
-    /// the tiers whose matmuls share each weight block between several
-    /// tokens (every x86 tier, AArch64 neon and neon-dotprod), weight
-    /// loads; it costs N rows of every activation buffer.
+    /// memory traffic (each matrix stays in cache across the chunk) and
+    /// weight loads (every tier's matmul shares each weight block between
+    /// several tokens); it costs N rows of every activation buffer.
     #[arg(long = "batch", value_name = "N", default_value_t = DEFAULT_BATCH, allow_negative_numbers = true, value_parser = batch)]
     batch: usize,
 }

@@ -11,12 +11,12 @@
 //! reads in one place.
 //!
 //! The matmuls are never re-exported from the tier below: each must be
-//! bit-identical to its own tier's matvec (`scalar`'s module comment), so a
-//! tier without a tiled matmul of its own binds `matmul_by_tokens!()`
-//! (`scaffold`), its own matvec once per token. The scalar tier has its
-//! own matmul (the reference), and so do sse2, sse41, avx2 and avxvnni
-//! (`x86::matmul_by_row_groups!`), avx512vnni, and neon and neon_dotprod
-//! (`aarch64::neon_matmul!`); sve and ARMv7 neon do not yet.
+//! bit-identical to its own tier's matvec (`scalar`'s module comment), so
+//! every tier has its own: the scalar reference; sse2, sse41, avx2 and
+//! avxvnni (`x86::matmul_by_row_groups!`); avx512vnni; AArch64 neon and
+//! neon_dotprod (`aarch64::neon_matmul!`); sve; ARMv7 neon. Each loads (for
+//! Q4_0: unpacks) a weight block once for several tokens, then gives each
+//! token its matvec's per-block steps.
 //! Only the enabled tiers are compiled; the cargo features chain
 //! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`; `isa-sve`
 //! enables `isa-neon-dotprod` enables `isa-neon`), so every module a tier

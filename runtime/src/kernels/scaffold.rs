@@ -138,7 +138,7 @@ pub(crate) fn check_matmul(y: &[&mut [f32]], x: &crate::core::tensor::QActs, r0:
 /// `matmul_rows`, AArch64's `matmul` in `neon_matmul!`).
 #[cfg(any(
     all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")),
-    all(feature = "isa-neon", target_arch = "aarch64")
+    all(feature = "isa-neon", any(target_arch = "aarch64", target_arch = "arm"))
 ))]
 macro_rules! tiled_matmul_entry_points {
     ($driver:ident) => {
@@ -186,7 +186,7 @@ macro_rules! tiled_matmul_entry_points {
 /// (`aarch64::neon_matmul!`) tiles.
 #[cfg(any(
     all(feature = "isa-sse2", any(target_arch = "x86", target_arch = "x86_64")),
-    all(feature = "isa-neon", target_arch = "aarch64")
+    all(feature = "isa-neon", any(target_arch = "aarch64", target_arch = "arm"))
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn check_matmul_operands(
@@ -209,44 +209,6 @@ pub(crate) fn check_matmul_operands(
         }
     }
     w.blocks_per_row()
-}
-
-/// `matmul_q8` and `matmul_q4` as one call of the tier's own `matvec_q8` /
-/// `matvec_q4` per token: what a tier binds until it has a tiled matmul.
-/// Each weight block is read once per token (from cache, when the matrix
-/// fits), so this saves nothing of the matvec's arithmetic; it is the
-/// matmul contract (`kernels::scalar::matmul_q8`) at its plainest, and
-/// trivially bit-identical to the matvec, which is what batch invariance
-/// asks.
-#[allow(unused_macros)]
-macro_rules! matmul_by_tokens {
-    () => {
-        pub fn matmul_q8(
-            y: &mut [&mut [f32]],
-            w: &crate::core::tensor::QTensor,
-            x: &crate::core::tensor::QActs,
-            r0: usize,
-            r1: usize,
-        ) {
-            super::scaffold::check_matmul(y, x, r0, r1);
-            for (t, yt) in y.iter_mut().enumerate() {
-                matvec_q8(yt, w, &x.token(t), r0, r1);
-            }
-        }
-
-        pub fn matmul_q4(
-            y: &mut [&mut [f32]],
-            w: &crate::core::tensor::QTensor,
-            x: &crate::core::tensor::QActs,
-            r0: usize,
-            r1: usize,
-        ) {
-            super::scaffold::check_matmul(y, x, r0, r1);
-            for (t, yt) in y.iter_mut().enumerate() {
-                matvec_q4(yt, w, &x.token(t), r0, r1);
-            }
-        }
-    };
 }
 
 /// The bounds `rope` relies on: q and k hold their heads, cos/sin hold
