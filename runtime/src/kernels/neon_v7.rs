@@ -548,6 +548,25 @@ macro_rules! pair_loop {
 /// NEON; x valid for n blocks at each of T tokens, each row for n blocks,
 /// out for 2T·n int32.
 unsafe fn sums2<const Q4: bool, const T: usize>(x: *const i8, xs: usize, w: [*const u8; 2], n: usize, out: *mut f32) {
+    // One asm block per weight format, the operands written once.
+    macro_rules! pair_asm {
+        ($load:ident, $tokens:expr) => {
+            asm!(
+                pair_loop!($load, $tokens),
+                xt = inout(reg) x => _,
+                xs = in(reg) xs,
+                back = in(reg) T * xs - QK,
+                w0 = inout(reg) w[0] => _,
+                w1 = inout(reg) w[1] => _,
+                out = inout(reg) out => _,
+                n = inout(reg) n => _,
+                out("q0") _, out("q1") _, out("q2") _, out("q3") _,
+                out("q8") _, out("q9") _, out("q10") _, out("q11") _,
+                out("q12") _, out("q13") _, out("q14") _, out("q15") _,
+                options(nostack)
+            )
+        };
+    }
     macro_rules! run {
         ($tokens:expr) => {
             // SAFETY: reads n blocks at each row and at each of the T
@@ -555,35 +574,9 @@ unsafe fn sums2<const Q4: bool, const T: usize>(x: *const i8, xs: usize, w: [*co
             // touches only declared registers.
             unsafe {
                 if Q4 {
-                    asm!(
-                        pair_loop!(pair_load_q4, $tokens),
-                        xt = inout(reg) x => _,
-                        xs = in(reg) xs,
-                        back = in(reg) T * xs - QK,
-                        w0 = inout(reg) w[0] => _,
-                        w1 = inout(reg) w[1] => _,
-                        out = inout(reg) out => _,
-                        n = inout(reg) n => _,
-                        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
-                        out("q8") _, out("q9") _, out("q10") _, out("q11") _,
-                        out("q12") _, out("q13") _, out("q14") _, out("q15") _,
-                        options(nostack)
-                    )
+                    pair_asm!(pair_load_q4, $tokens)
                 } else {
-                    asm!(
-                        pair_loop!(pair_load_q8, $tokens),
-                        xt = inout(reg) x => _,
-                        xs = in(reg) xs,
-                        back = in(reg) T * xs - QK,
-                        w0 = inout(reg) w[0] => _,
-                        w1 = inout(reg) w[1] => _,
-                        out = inout(reg) out => _,
-                        n = inout(reg) n => _,
-                        out("q0") _, out("q1") _, out("q2") _, out("q3") _,
-                        out("q8") _, out("q9") _, out("q10") _, out("q11") _,
-                        out("q12") _, out("q13") _, out("q14") _, out("q15") _,
-                        options(nostack)
-                    )
+                    pair_asm!(pair_load_q8, $tokens)
                 }
             }
         };
