@@ -1263,16 +1263,11 @@ macro_rules! tile_w_q4 {
     };
 }
 
-/// After a group, token `$x`'s rows stored (p2) and its pointers moved:
-/// the output on four rows, the activation back to its block 0.
-macro_rules! tile_token_end {
-    ($x:expr, $sx:expr, $y:expr, $acc:literal) => {
+/// A token's pointers after a group, whichever tile stored its outputs: the
+/// output on four rows, the activation and its scales back to block 0.
+macro_rules! next_token_pointers {
+    ($x:expr, $sx:expr, $y:expr) => {
         concat!(
-            "st1w {{z",
-            $acc,
-            ".s}}, p2, [{",
-            $y,
-            "}]\n",
             "add {",
             $y,
             "}, {",
@@ -1288,6 +1283,21 @@ macro_rules! tile_token_end {
             "}, {",
             $sx,
             "}, {sxback}\n",
+        )
+    };
+}
+
+/// After a group, token `$x`'s rows stored (p2) and its pointers moved:
+/// the output on four rows, the activation back to its block 0.
+macro_rules! tile_token_end {
+    ($x:expr, $sx:expr, $y:expr, $acc:literal) => {
+        concat!(
+            "st1w {{z",
+            $acc,
+            ".s}}, p2, [{",
+            $y,
+            "}]\n",
+            next_token_pointers!($x, $sx, $y),
         )
     };
 }
@@ -1708,21 +1718,7 @@ macro_rules! seg_vec_end {
             ", [{",
             $y,
             "}, z29.s, uxtw #2]\n",
-            "add {",
-            $y,
-            "}, {",
-            $y,
-            "}, #16\n",
-            "sub {",
-            $x,
-            "}, {",
-            $x,
-            "}, {xback}\n",
-            "sub {",
-            $sx,
-            "}, {",
-            $sx,
-            "}, {sxback}\n",
+            next_token_pointers!($x, $sx, $y),
         )
     };
 }
