@@ -140,11 +140,15 @@ enum ChunkRegion {
     Hb2s,
     ActQuants,
     ActScales,
+    Att,
 }
-const CHUNK_REGIONS: usize = ChunkRegion::ActScales as usize + 1;
+const CHUNK_REGIONS: usize = ChunkRegion::Att as usize + 1;
 
-/// Byte size of every chunk region for `batch` tokens, or NoMem on overflow.
-fn chunk_region_bytes(h: &Header, batch: usize) -> Result<[usize; CHUNK_REGIONS]> {
+/// Byte size of every chunk region for `batch` tokens, or NoMem on
+/// overflow: `batch` rows of every activation, and per thread one
+/// `n_heads` × `max_seq` score scratch (a thread's share of a chunk's
+/// attention covers up to every head of a position in one call).
+fn chunk_region_bytes(h: &Header, batch: usize, threads: usize) -> Result<[usize; CHUNK_REGIONS]> {
     let too_big = || {
         MlError::no_mem(format!(
             "prompt chunk buffers for a batch of {batch} overflow the address space"
@@ -167,6 +171,11 @@ fn chunk_region_bytes(h: &Header, batch: usize) -> Result<[usize; CHUNK_REGIONS]
     r[ChunkRegion::Hb2s as usize] = bytes(hidden, 4)?;
     r[ChunkRegion::ActQuants as usize] = bytes(widest, 1)?;
     r[ChunkRegion::ActScales as usize] = bytes(widest / QK as u64, 4)?;
+    r[ChunkRegion::Att as usize] = (h.n_heads as u64)
+        .checked_mul(h.max_seq as u64)
+        .and_then(|v| v.checked_mul(threads as u64 * 4))
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(too_big)?;
     Ok(r)
 }
 
@@ -180,6 +189,7 @@ struct ChunkBuffers<'a> {
     hb2s: &'a mut [f32],
     act_q: &'a mut [i8],
     act_d: &'a mut [f32],
+    att: &'a mut [f32],
 }
 
 impl<'a> ChunkBuffers<'a> {
@@ -194,6 +204,7 @@ impl<'a> ChunkBuffers<'a> {
             hb2s: c.f32s(r[Hb2s as usize]),
             act_q: c.i8s(r[ActQuants as usize]),
             act_d: c.f32s(r[ActScales as usize]),
+            att: c.f32s(r[Att as usize]),
         }
     }
 }
@@ -357,7 +368,7 @@ impl<'m> Transformer<'m> {
         let regions = if batch == 1 {
             [0; CHUNK_REGIONS]
         } else {
-            chunk_region_bytes(&self.header, batch)?
+            chunk_region_bytes(&self.header, batch, self.exec.threads())?
         };
         // The old chunk buffers go first, so the two are never held at once;
         // if the new ones cannot be had, the transformer is left at batch 1.
@@ -663,38 +674,51 @@ impl Transformer<'_> {
 
             // Each position attends over the cache up to itself, the
             // chunk's earlier rows included, exactly as `forward` there.
-            for (t, (q, out)) in
-                c.qs.chunks_exact(dim)
-                    .zip(c.xbs.chunks_exact_mut(dim))
-                    .take(n)
-                    .enumerate()
-            {
-                let len = pos0 + t + 1;
-                let layer_keys = &b.key_cache[l * seq * kv_dim..(l * seq + len) * kv_dim];
-                let layer_values = &b.value_cache[l * seq * kv_dim..(l * seq + len) * kv_dim];
-                let per = exec.units_per_thread(n_heads, 1);
-                let parts = b.att[..n_heads * seq]
-                    .chunks_mut(per * seq)
-                    .zip(out[..n_heads * head_dim].chunks_mut(per * head_dim))
-                    .enumerate()
-                    .map(|(i, (att, out))| (i * per, att, out));
-                exec.for_parts(parts, &|(first, att, out): (usize, &mut [f32], &mut [f32])| {
+            // The chunk's (position, head) pairs are the units of work, so
+            // the threads meet once per layer, not once per position, and
+            // split uneven head counts (SmolLM2's 9) evenly.
+            let layer = &b.key_cache[l * seq * kv_dim..(l * seq + pos0 + n) * kv_dim];
+            let layer_values = &b.value_cache[l * seq * kv_dim..(l * seq + pos0 + n) * kv_dim];
+            let threads = exec.threads();
+            let mut outs = &mut c.xbs[..n * dim];
+            let parts = c
+                .att
+                .chunks_mut(n_heads * seq)
+                .take(threads)
+                .enumerate()
+                .map(|(i, att)| {
+                    let cut = |i| attention_cut(i, threads, n, n_heads, pos0);
+                    let (u0, u1) = (cut(i), cut(i + 1));
+                    let (mine, rest) = std::mem::take(&mut outs).split_at_mut((u1 - u0) * head_dim);
+                    outs = rest;
+                    (u0, mine, att)
+                });
+            let qs = &*c.qs;
+            exec.for_parts(parts, &|(u0, out, att): (usize, &mut [f32], &mut [f32])| {
+                let u1 = u0 + out.len() / head_dim;
+                let mut u = u0;
+                while u < u1 {
+                    // This part's heads of position t: h0..h1.
+                    let (t, h0) = (u / n_heads, u % n_heads);
+                    let h1 = n_heads.min(h0 + u1 - u);
+                    let len = pos0 + t + 1;
                     attend_heads(
-                        q,
-                        first,
+                        &qs[t * dim..(t + 1) * dim],
+                        h0,
                         group,
                         head_dim,
-                        layer_keys,
-                        layer_values,
+                        &layer[..len * kv_dim],
+                        &layer_values[..len * kv_dim],
                         kv_dim,
                         inv_sqrt_hd,
                         len,
                         att,
                         seq,
-                        out,
+                        &mut out[(u - u0) * head_dim..(u - u0 + h1 - h0) * head_dim],
                     );
-                });
-            }
+                    u += h1 - h0;
+                }
+            });
 
             let qa = ops::quantize_rows(c.act_q, c.act_d, c.xbs, dim, n);
             exec.matmul(c.xb2s[..n * dim].chunks_exact_mut(dim), &lw.wo, &qa);
@@ -748,6 +772,26 @@ fn check_logits(logits: &[f32], pos: usize) -> Result<()> {
         ))),
         None => Ok(()),
     }
+}
+
+/// Where thread `i`'s share of a chunk's attention starts (for i = threads,
+/// where the last one ends), as an index into the chunk's (position, head)
+/// pairs, position-major: pair u is position u / n_heads, head u % n_heads.
+/// A pair's cost grows with the positions it attends over (pos0 + t + 1,
+/// plus a fixed part for its softmax and set-up), so the shares split that
+/// cost evenly rather than the pair count.
+fn attention_cut(i: usize, threads: usize, n: usize, n_heads: usize, pos0: usize) -> usize {
+    const FIXED: usize = 16;
+    let cost = |u: usize| pos0 + u / n_heads + 1 + FIXED;
+    let pairs = n * n_heads;
+    let total: usize = (0..pairs).map(cost).sum();
+    let goal = total * i / threads;
+    let (mut done, mut u) = (0, 0);
+    while u < pairs && done < goal {
+        done += cost(u);
+        u += 1;
+    }
+    u
 }
 
 /// Positions per attention tile: 16 rows of a GQA cache (SmolLM2: 16 ×
