@@ -152,31 +152,63 @@ impl Exec {
     /// matvec per token (`kernels::scalar`'s contract), so every output is
     /// the one `matvec` gives, whatever the thread count or the batch.
     pub fn matmul<'y>(&self, ys: impl IntoIterator<Item = &'y mut [f32]>, w: &QTensor, x: &QActs) {
+        self.matmuls([ys], [w], x);
+    }
+
+    /// `matmul` for matrices that read the same activations (wq, wk and
+    /// wv; w1 and w3) in one pass of the pool, so the threads meet once
+    /// instead of once per matrix: their 4-row groups laid end to end and
+    /// split as `matvecs` splits them, each share starting on one of its
+    /// matrix's group boundaries, so every output is still the matvec's.
+    pub fn matmuls<'y, Y: IntoIterator<Item = &'y mut [f32]>, const N: usize>(
+        &self,
+        ys: [Y; N],
+        ws: [&QTensor; N],
+        x: &QActs,
+    ) {
         let n = x.n;
         assert!(n <= MAX_BATCH, "matmul: {n} tokens, more than MAX_BATCH ({MAX_BATCH})");
-        debug_assert_eq!(x.cols, w.cols);
-        let mut rest: [&mut [f32]; MAX_BATCH] = std::array::from_fn(|_| Default::default());
-        let mut given = 0;
-        for (slot, y) in rest.iter_mut().zip(ys) {
-            *slot = &mut y[..w.rows];
-            given += 1;
-        }
-        assert_eq!(given, n, "matmul: {given} output rows for {n} tokens");
-        let per = self.units_per_thread(w.rows, 4);
-        let parts = (0..w.rows.div_ceil(per)).map(move |p| {
-            let (r0, r1) = (p * per, ((p + 1) * per).min(w.rows));
-            let mut mine: [&mut [f32]; MAX_BATCH] = std::array::from_fn(|_| Default::default());
-            for (m, r) in mine.iter_mut().zip(rest.iter_mut()).take(n) {
-                let (a, b) = std::mem::take(r).split_at_mut(r1 - r0);
-                (*m, *r) = (a, b);
+        let mut rest: [[&mut [f32]; MAX_BATCH]; N] =
+            std::array::from_fn(|_| std::array::from_fn(|_| Default::default()));
+        for ((rows, ys), w) in rest.iter_mut().zip(ys).zip(ws) {
+            debug_assert_eq!(x.cols, w.cols);
+            let mut given = 0;
+            for (slot, y) in rows.iter_mut().zip(ys) {
+                *slot = &mut y[..w.rows];
+                given += 1;
             }
-            (r0, r1, mine)
+            assert_eq!(given, n, "matmul: {given} output rows for {n} tokens");
+        }
+        let groups = ws.map(|w| w.rows.div_ceil(4));
+        let total: usize = groups.iter().sum();
+        let per = self.units_per_thread(total, 1);
+        type Segment<'a> = Option<(usize, usize, [&'a mut [f32]; MAX_BATCH])>;
+        let parts = (0..total.div_ceil(per)).map(move |p| {
+            let (g0, g1) = (p * per, ((p + 1) * per).min(total));
+            let mut segments: [Segment; N] = std::array::from_fn(|_| None);
+            let mut first = 0;
+            for m in 0..N {
+                let (a, b) = (g0.max(first), g1.min(first + groups[m]));
+                if a < b {
+                    let (r0, r1) = (4 * (a - first), (4 * (b - first)).min(ws[m].rows));
+                    let mut mine: [&mut [f32]; MAX_BATCH] = std::array::from_fn(|_| Default::default());
+                    for (mine, rest) in mine.iter_mut().zip(rest[m].iter_mut()).take(n) {
+                        (*mine, *rest) = std::mem::take(rest).split_at_mut(r1 - r0);
+                    }
+                    segments[m] = Some((r0, r1, mine));
+                }
+                first += groups[m];
+            }
+            segments
         });
-        self.for_parts(parts, &|(r0, r1, mut mine): (usize, usize, [&mut [f32]; MAX_BATCH])| {
-            let y = &mut mine[..n];
-            match w.wtype {
-                WType::Q8_0 => kernels::matmul_q8(y, w, x, r0, r1),
-                WType::Q4_0 => kernels::matmul_q4(y, w, x, r0, r1),
+        self.for_parts(parts, &|segments: [Segment; N]| {
+            for (m, segment) in segments.into_iter().enumerate() {
+                if let Some((r0, r1, mut y)) = segment {
+                    match ws[m].wtype {
+                        WType::Q8_0 => kernels::matmul_q8(&mut y[..n], ws[m], x, r0, r1),
+                        WType::Q4_0 => kernels::matmul_q4(&mut y[..n], ws[m], x, r0, r1),
+                    }
+                }
             }
         });
     }

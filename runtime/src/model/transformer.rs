@@ -658,9 +658,15 @@ impl Transformer<'_> {
             let first = (l * seq + pos0) * kv_dim;
             let keys = &mut b.key_cache[first..first + n * kv_dim];
             let values = &mut b.value_cache[first..first + n * kv_dim];
-            exec.matmul(c.qs[..n * dim].chunks_exact_mut(dim), &lw.wq, &qa);
-            exec.matmul(keys.chunks_exact_mut(kv_dim), &lw.wk, &qa);
-            exec.matmul(values.chunks_exact_mut(kv_dim), &lw.wv, &qa);
+            exec.matmuls(
+                [
+                    c.qs[..n * dim].chunks_exact_mut(dim),
+                    keys.chunks_exact_mut(kv_dim),
+                    values.chunks_exact_mut(kv_dim),
+                ],
+                [&lw.wq, &lw.wk, &lw.wv],
+                &qa,
+            );
             for (t, (q, k)) in
                 c.qs.chunks_exact_mut(dim)
                     .zip(keys.chunks_exact_mut(kv_dim))
@@ -731,8 +737,14 @@ impl Transformer<'_> {
                 ops::rmsnorm(xb, x, lw.ffn_norm, h.norm_eps);
             }
             let qa = ops::quantize_rows(c.act_q, c.act_d, c.xbs, dim, n);
-            exec.matmul(c.hbs[..n * hidden].chunks_exact_mut(hidden), &lw.w1, &qa);
-            exec.matmul(c.hb2s[..n * hidden].chunks_exact_mut(hidden), &lw.w3, &qa);
+            exec.matmuls(
+                [
+                    c.hbs[..n * hidden].chunks_exact_mut(hidden),
+                    c.hb2s[..n * hidden].chunks_exact_mut(hidden),
+                ],
+                [&lw.w1, &lw.w3],
+                &qa,
+            );
             for (hb, hb2) in c.hbs.chunks_exact_mut(hidden).zip(c.hb2s.chunks_exact(hidden)).take(n) {
                 ops::silu_mul(hb, hb2);
             }
