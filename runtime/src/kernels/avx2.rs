@@ -87,6 +87,29 @@ fn block_dot(w: __m256i, x: &XBlock) -> __m256i {
     _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
 }
 
+/// Four rows' sums of one block. A Q4_0 product (q − 8)·x is at most
+/// 8·127 = 1016 in size, so eight of them add up in int16 (8128): the
+/// rows' byte-pair sums are reduced with vphaddw to eight products a lane,
+/// then widened once (vpmaddwd) for all four rows. Q8_0 pairs (up to
+/// 2·127²) need widening each on its own, as `block_dot` does.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn group_dot<const Q4: bool>(w: [__m256i; 4], x: &XBlock) -> __m128i {
+    if !Q4 {
+        return hsum4(
+            block_dot(w[0], x),
+            block_dot(w[1], x),
+            block_dot(w[2], x),
+            block_dot(w[3], x),
+        );
+    }
+    let v = w.map(|w| _mm256_maddubs_epi16(x.abs, signed_w(w, x)));
+    let h = _mm256_hadd_epi16(_mm256_hadd_epi16(v[0], v[1]), _mm256_hadd_epi16(v[2], v[3]));
+    // Per 128-bit lane [row 0, 1, 2, 3]: its half of each row's block.
+    let s = _mm256_madd_epi16(h, _mm256_set1_epi16(1));
+    _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1))
+}
+
 /// [Σa, Σb, Σc, Σd] of four vectors of eight int32.
 #[target_feature(enable = "avx2,fma")]
 #[inline]

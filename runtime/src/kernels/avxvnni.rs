@@ -40,5 +40,6 @@ fn block_dot(w: __m256i, x: &XBlock) -> __m256i {
 // All but the block dot is AVX2's: loads, sums, and its scale step
 // sum = fma(sumi·dw, dx, sum) per row and block in order.
 use super::avx2::{hsum1, hsum4, load_w, load_x, scale1, scale4, signed_w, XBlock};
+group_dot_by_block_dots!("avx2,fma,avxvnni", __m256i, XBlock);
 matvec_by_row_groups!("avx2,fma,avxvnni");
 matmul_by_row_groups!("avx2,fma,avxvnni");

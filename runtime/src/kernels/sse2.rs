@@ -117,6 +117,7 @@ fn hsum1(v: __m128i) -> i32 {
 // Per row and block `sumi · dw · dx` exactly as the scalar kernel adds it
 // (same operations, same order), so the result is bit-identical to it.
 use super::x86::{scale_exact1 as scale1, scale_exact4 as scale4};
+group_dot_by_block_dots!("sse2", [__m128i; 2], [__m128i; 4]);
 matvec_by_row_groups!("sse2");
 matmul_by_row_groups!("sse2");
 

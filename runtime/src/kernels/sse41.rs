@@ -59,6 +59,29 @@ fn block_dot(w: [__m128i; 2], x: &XBlock) -> __m128i {
     _mm_add_epi32(_mm_madd_epi16(p0, ones), _mm_madd_epi16(p1, ones))
 }
 
+/// Four rows' sums of one block. A Q4_0 product (q − 8)·x is at most
+/// 8·127 = 1016 in size, so sixteen of them add up in int16 (16256):
+/// each row's two byte-pair halves are added before widening, and the
+/// rows are reduced with phaddw to sixteen products a lane, then widened
+/// once (pmaddwd) for all four rows. Q8_0 products (up to 127²) need each
+/// pair widened on its own, as `block_dot` does.
+#[target_feature(enable = "sse4.1")]
+#[inline]
+fn group_dot<const Q4: bool>(w: [[__m128i; 2]; 4], x: &XBlock) -> __m128i {
+    if !Q4 {
+        return hsum4(
+            block_dot(w[0], x),
+            block_dot(w[1], x),
+            block_dot(w[2], x),
+            block_dot(w[3], x),
+        );
+    }
+    let half = |w: [__m128i; 2], i: usize| _mm_maddubs_epi16(x.abs[i], _mm_sign_epi8(w[i], x.sign[i]));
+    let v = w.map(|w| _mm_add_epi16(half(w, 0), half(w, 1)));
+    let h = _mm_hadd_epi16(_mm_hadd_epi16(v[0], v[1]), _mm_hadd_epi16(v[2], v[3]));
+    _mm_madd_epi16(h, _mm_set1_epi16(1))
+}
+
 /// [Σa, Σb, Σc, Σd] of four vectors of four int32.
 #[target_feature(enable = "sse4.1")]
 #[inline]

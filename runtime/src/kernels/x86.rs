@@ -67,6 +67,23 @@ pub(crate) fn scale_fma1(sum: f32, sumi: i32, dw: f32, dx: f32) -> f32 {
     (sumi as f32 * dw).mul_add(dx, sum)
 }
 
+/// `group_dot` as `hsum4` of the four rows' `block_dot`s, for a tier with
+/// no cheaper sum of a row group's blocks.
+macro_rules! group_dot_by_block_dots {
+    ($features:literal, $w:ty, $x:ty) => {
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn group_dot<const Q4: bool>(w: [$w; 4], x: &$x) -> __m128i {
+            hsum4(
+                block_dot(w[0], x),
+                block_dot(w[1], x),
+                block_dot(w[2], x),
+                block_dot(w[3], x),
+            )
+        }
+    };
+}
+
 /// The `unsafe fn matvec<const Q4: bool>(y, wq, wd, x, nb, stride, r0, r1)`
 /// that `matvec_entry_points!` calls, for a tier that names in scope:
 ///
@@ -75,7 +92,9 @@ pub(crate) fn scale_fma1(sum: f32, sumi: i32, dw: f32, dx: f32) -> f32 {
 /// * `unsafe fn load_w::<Q4>(p: *const u8) -> W`: one weight block as 32
 ///   int8 (Q4: nibbles unpacked and re-centred);
 /// * `fn block_dot(w: W, x: &X) -> V`: int32 partial sums of one block;
-/// * `fn hsum4(V, V, V, V) -> __m128i`: the four rows' block sums;
+/// * `fn group_dot::<Q4>([W; 4], &X) -> __m128i`: four rows' block sums
+///   (`group_dot_by_block_dots!` for `hsum4` of four `block_dot`s; a tier
+///   may sum a Q4 block more cheaply, its sums being the same integers);
 /// * `fn hsum1(V) -> i32`: one row's block sum;
 /// * `scale4`/`scale1`: the scale step, `scale_exact*` or `scale_fma*`.
 ///
@@ -114,12 +133,7 @@ macro_rules! matvec_by_row_groups {
                     let (sumi, dw, dx) = unsafe {
                         let xb = load_x(xq.add(b * QK));
                         let w = |j: usize| load_w::<Q4>(wq.add((r + j) * stride + b * bb));
-                        let sumi = hsum4(
-                            block_dot(w(0), &xb),
-                            block_dot(w(1), &xb),
-                            block_dot(w(2), &xb),
-                            block_dot(w(3), &xb),
-                        );
+                        let sumi = group_dot::<Q4>([w(0), w(1), w(2), w(3)], &xb);
                         (sumi, super::x86::row_scales(wd, r, nb, b), *xd.add(b))
                     };
                     acc = scale4(acc, sumi, dw, dx);
@@ -410,12 +424,7 @@ macro_rules! matmul_by_row_groups {
                     let dw = super::x86::row_scales(wd, r, nb, b);
                     for t in 0..T {
                         let xb = load_x(xq[t].add(b * QK));
-                        let sumi = hsum4(
-                            block_dot(w0, &xb),
-                            block_dot(w1, &xb),
-                            block_dot(w2, &xb),
-                            block_dot(w3, &xb),
-                        );
+                        let sumi = group_dot::<Q4>([w0, w1, w2, w3], &xb);
                         acc[t] = scale4(acc[t], sumi, dw, *xd[t].add(b));
                     }
                 }

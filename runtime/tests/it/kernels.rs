@@ -31,7 +31,7 @@
 
 use legacy_ml::core::quant::{self, Q4_BLOCK_BYTES, QK};
 use legacy_ml::core::rng::Rng;
-use legacy_ml::core::tensor::{pack_row_groups, pack_scale_groups, QAct, QTensor, WType};
+use legacy_ml::core::tensor::{pack_row_groups, pack_scale_groups, QAct, QActs, QTensor, WType};
 use legacy_ml::guard;
 use legacy_ml::kernels::{self, scalar};
 
@@ -540,7 +540,9 @@ fn matvec_q4_single_block_exact() {
 fn matvec_extreme_products() {
     guard::guard();
     // Every product at ±127² (Q8) or −8·±127 (Q4): the int16 pair sums of
-    // pmaddubsw are at their largest, 2·127² = 32258.
+    // pmaddubsw are at their largest, 2·127² = 32258, and so are the Q4
+    // int16 sums of sse41's and avx2's `group_dot` (16·1016 = 16256). The
+    // matmul too, over a tile of 4 tokens and a rest.
     for (wq, xq, want) in [
         (127i8, -127i8, -516_128.0f32),
         (127, 127, 516_128.0),
@@ -560,6 +562,7 @@ fn matvec_extreme_products() {
         let mut y = vec![0.0; 5];
         kernels::matvec_q8(&mut y, &w.view(), &x.view(), 0, 5);
         assert_eq!(y, vec![2.0 * want; 5], "q8 {wq}·{xq}");
+        assert_eq!(matmul_of_copies(&w, &x, 6), vec![y; 6], "q8 matmul {wq}·{xq}");
     }
     for (byte, xq, want) in [
         (0x00u8, 127i8, -8 * 127 * 32),
@@ -580,7 +583,27 @@ fn matvec_extreme_products() {
         let mut y = vec![0.0; 5];
         kernels::matvec_q4(&mut y, &w.view(), &x.view(), 0, 5);
         assert_eq!(y, vec![2.0 * want as f32; 5], "q4 {byte:#x}·{xq}");
+        assert_eq!(matmul_of_copies(&w, &x, 6), vec![y; 6], "q4 matmul {byte:#x}·{xq}");
     }
+}
+
+/// The matmul over `tokens` copies of `x` (6: a full tile of 4 and a rest
+/// of 2 on the x86 tiers), one output row per token.
+fn matmul_of_copies(w: &Matrix, x: &Act, tokens: usize) -> Vec<Vec<f32>> {
+    let (q, d) = (x.q.repeat(tokens), x.d.repeat(tokens));
+    let acts = QActs {
+        q: &q,
+        d: &d,
+        cols: w.cols,
+        n: tokens,
+    };
+    let mut ys = vec![vec![0.0; w.rows]; tokens];
+    let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
+    match w.wtype {
+        WType::Q8_0 => kernels::matmul_q8(&mut outs, &w.view(), &acts, 0, w.rows),
+        WType::Q4_0 => kernels::matmul_q4(&mut outs, &w.view(), &acts, 0, w.rows),
+    }
+    ys
 }
 
 #[test]
