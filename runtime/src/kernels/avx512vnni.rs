@@ -7,14 +7,17 @@
 //! VNNI does not imply AVX-VNNI (Zen 4 has the first only), so everything
 //! the avxvnni tier implements is implemented here again with EVEX code.
 //!
-//! Integer dot (DESIGN.md §5): 512-bit vpdpbusd, two blocks per instruction. It
-//! multiplies unsigned by signed bytes, so the activation is made unsigned
-//! with vpabsb; AVX-512 has no vpsignb, so its sign is moved onto the weight
-//! with a masked subtract from zero under the activation's sign-bit mask
-//! (where the activation is 0, |x| = 0 already zeroes the product). Q4 row
-//! groups skip both: the nibbles are unsigned already, so they multiply the
-//! signed activation as they are and the accumulator starts at −8·Σx to
-//! re-centre them (`q4_pair_dot`).
+//! Integer dot (DESIGN.md §5): 512-bit vpdpbusd. It multiplies unsigned by
+//! signed bytes. A row group runs its blocks four at a time (quads: one
+//! block per 128-bit lane, so four rows' sums reduce once per four blocks)
+//! with unsigned weights: Q4's nibbles as they are, Q8_0's plus 128 (an
+//! xor), the accumulator starting at −8·Σx or −128·Σx to re-centre them
+//! exactly (`quad_weights`, `XQuad`). The at most three blocks after the
+//! quads go two at a time: there the activation is made unsigned with
+//! vpabsb and, AVX-512 having no vpsignb, its sign moved onto the weight
+//! with a masked subtract from zero under its sign-bit mask (`pair_dot`;
+//! where the activation is 0, |x| = 0 already zeroes the product), or for
+//! Q4 the nibbles again multiply it as they are (`q4_pair_dot`).
 //!
 //! Only 512-bit EVEX forms and AVX2 (VEX) forms are used, never EVEX at 128
 //! or 256 bits, so AVX512VL is not required.
@@ -243,13 +246,14 @@ unsafe fn q4_pair_dot(p: *const u8, x: XPairQ4) -> __m512i {
     _mm512_dpbusd_epi32(x.bias, nibbles, x.x)
 }
 
-/// The Q4 quad path's activations: four blocks as their first halves
-/// [b 0–15, b+1 0–15, b+2 0–15, b+3 0–15] (against the low nibbles) and
-/// their second halves (against the high nibbles), and the accumulator
-/// start −8·Σx that re-centres the unsigned nibbles exactly, in int32; and
+/// The quad path's activations: four blocks as their first halves
+/// [b 0–15, b+1 0–15, b+2 0–15, b+3 0–15] (against the low nibbles, or
+/// the weights' first halves) and their second halves, and the accumulator
+/// start that re-centres the unsigned weights exactly, in int32: −8·Σx for
+/// Q4's nibbles, −128·Σx for Q8_0's weights plus 128 (`quad_weights`); and
 /// the blocks' scales, laid out as the group's sums are.
 #[derive(Clone, Copy)]
-struct XQuadQ4 {
+struct XQuad {
     lo: __m512i,
     hi: __m512i,
     bias: __m512i,
@@ -262,7 +266,7 @@ struct XQuadQ4 {
 /// `x` is readable for 4·QK bytes, `d` for 4 scales.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn x_quad_q4(x: *const i8, d: *const f32) -> XQuadQ4 {
+unsafe fn x_quad<const Q4: bool>(x: *const i8, d: *const f32) -> XQuad {
     // SAFETY: the four blocks and their scales, readable by the caller's contract.
     let (a, b, d4) = unsafe {
         (
@@ -273,37 +277,19 @@ unsafe fn x_quad_q4(x: *const i8, d: *const f32) -> XQuadQ4 {
     };
     let lo = _mm512_shuffle_i64x2(a, b, 0b10_00_10_00);
     let hi = _mm512_shuffle_i64x2(a, b, 0b11_01_11_01);
-    let (zero, eight) = (_mm512_setzero_si512(), _mm512_set1_epi8(8));
-    // vpdpbusd multiplies unsigned (8) by signed (x) bytes.
-    let eight_x = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, eight, lo), eight, hi);
-    XQuadQ4 {
+    let zero = _mm512_setzero_si512();
+    let centre = _mm512_set1_epi8(if Q4 { 8 } else { -128 });
+    // vpdpbusd multiplies unsigned (8 or 128) by signed (x) bytes.
+    let centre_x = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, centre, lo), centre, hi);
+    XQuad {
         lo,
         hi,
-        bias: _mm512_sub_epi32(zero, eight_x),
+        bias: _mm512_sub_epi32(zero, centre_x),
         dx: _mm512_permutexvar_ps(
             _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
             _mm512_castps128_ps512(d4),
         ),
     }
-}
-
-/// Four packed Q4 blocks (64 bytes at `p`) dotted with an activation quad:
-/// int32 lane group L (128 bits) holds partial sums of block b+L. The
-/// nibbles stay unsigned, the multiplicand vpdpbusd wants: one load, two
-/// masks, a shift and two vpdpbusd per 128 weights.
-///
-/// # Safety
-///
-/// `p` is readable for 64 bytes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-#[inline]
-unsafe fn q4_quad_dot(p: *const u8, x: XQuadQ4) -> __m512i {
-    // SAFETY: 64 bytes, readable by the caller's contract.
-    let packed = unsafe { _mm512_loadu_si512(p.cast()) };
-    let mask = _mm512_set1_epi8(0x0F);
-    let lo = _mm512_and_si512(packed, mask);
-    let hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), mask);
-    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(x.bias, lo, x.lo), hi, x.hi)
 }
 
 /// Activation quads `matvec` prepares once per call rather than once per
@@ -513,7 +499,7 @@ unsafe fn assume_init<T>(slots: &[std::mem::MaybeUninit<T>], n: usize) -> &[T] {
     unsafe { std::slice::from_raw_parts(slots.as_ptr().cast::<T>(), n) }
 }
 
-/// Q4 quads for a group: four rows × four blocks make one 16-lane vector
+/// Quads for a group: four rows × four blocks make one 16-lane vector
 /// of int32 sums, lane group L for block b+L, each lane a running
 /// fma(sumi·dw, dx, acc) of its own. `hoisted`: the quads prepared once
 /// per call, when they fit (empty when not).
@@ -524,8 +510,13 @@ unsafe fn assume_init<T>(slots: &[std::mem::MaybeUninit<T>], n: usize) -> &[T] {
 /// the group lies in it; quads = nb / 4.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn group_quads<const PACKED: bool>(g: Group<PACKED>, act: Act, quads: usize, hoisted: &[XQuadQ4]) -> __m512 {
-    let bb = Q4_BLOCK_BYTES;
+unsafe fn group_quads<const Q4: bool, const PACKED: bool>(
+    g: Group<PACKED>,
+    act: Act,
+    quads: usize,
+    hoisted: &[XQuad],
+) -> __m512 {
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
     let mut acc4 = _mm512_setzero_ps();
     for qd in 0..quads {
         let b = 4 * qd;
@@ -539,13 +530,13 @@ unsafe fn group_quads<const PACKED: bool>(g: Group<PACKED>, act: Act, quads: usi
         let (sumi, dw, xb) = unsafe {
             let xb = match hoisted.get(qd) {
                 Some(&xb) => xb,
-                None => x_quad_q4(act.q.add(b * QK), act.d.add(b)),
+                None => x_quad::<Q4>(act.q.add(b * QK), act.d.add(b)),
             };
             let sumi = hsum4_lanes(
-                q4_quad_dot(g.at(0, b * bb), xb),
-                q4_quad_dot(g.at(1, b * bb), xb),
-                q4_quad_dot(g.at(2, b * bb), xb),
-                q4_quad_dot(g.at(3, b * bb), xb),
+                quad_dot(quad_weights::<Q4, PACKED>(g, 0, b), &xb),
+                quad_dot(quad_weights::<Q4, PACKED>(g, 1, b), &xb),
+                quad_dot(quad_weights::<Q4, PACKED>(g, 2, b), &xb),
+                quad_dot(quad_weights::<Q4, PACKED>(g, 3, b), &xb),
             );
             (sumi, g.dw_quad(b), xb)
         };
@@ -557,7 +548,7 @@ unsafe fn group_quads<const PACKED: bool>(g: Group<PACKED>, act: Act, quads: usi
 /// Block pairs for a group, from block `first`: [even-block sums, odd-block
 /// sums] of the four rows, each lane a running fma(sumi·dw, dx, acc).
 /// `hoisted`: Q8_0's pairs (with their scales) prepared once per call
-/// (empty when not).
+/// (empty when not). At most one pair follows the quads.
 ///
 /// # Safety
 ///
@@ -639,15 +630,12 @@ unsafe fn group_last_block<const Q4: bool, const PACKED: bool>(
     _mm256_insertf128_ps(acc, even, 0)
 }
 
-/// The four rows' results: even + odd, and with Q4's quads first
+/// The four rows' results: the quads' lane sums, then the pairs',
 /// ((L0 + L2) + (L1 + L3)) + (even + odd), as `tail_row` adds them.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-fn group_total<const Q4: bool>(acc4: __m512, acc: __m256) -> __m128 {
+fn group_total(acc4: __m512, acc: __m256) -> __m128 {
     let sums = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    if !Q4 {
-        return sums;
-    }
     let q = _mm256_add_ps(
         _mm512_castps512_ps256(acc4),
         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc4), 1)),
@@ -718,24 +706,21 @@ unsafe fn tail_row<const Q4: bool>(
         let lo = hsum_epi32(_mm512_castsi512_si256(v));
         even = (lo as f32 * dw(b)).mul_add(dx, even);
     }
-    if Q4 {
-        ((quad[0] + quad[2]) + (quad[1] + quad[3])) + (even + odd)
-    } else {
-        even + odd
-    }
+    ((quad[0] + quad[2]) + (quad[1] + quad[3])) + (even + odd)
 }
 
-/// Rows four at a time, blocks two at a time, each activation pair loaded
-/// once for all four rows; an odd last block runs with zeros in its second
-/// half; then a row-at-a-time tail. `PACKED`: the matrix's whole four-row
-/// groups are packed (`core::tensor::pack_row_groups`), so a group reads one
-/// ascending stream; the tail rows are row-major either way. Q4 runs whole
-/// quads of blocks first.
+/// Rows four at a time, blocks four at a time (quads), then at most one
+/// pair, each activation quad or pair prepared once for all four rows; an
+/// odd last block runs with zeros in its second half; then a row-at-a-time
+/// tail. `PACKED`: the matrix's whole four-row groups are packed
+/// (`core::tensor::pack_row_groups`), so a group reads one ascending
+/// stream; the tail rows are row-major either way.
 ///
-/// Each row keeps two sums, even blocks and odd blocks, each
-/// fma(sumi·dw, dx, sum) in block order, and returns even + odd, in the group
-/// and in the tail alike, so a row's result does not depend on how [r0, r1)
-/// splits into groups.
+/// Each row keeps six sums, one per quad lane (block b ≡ L mod 4 within the
+/// quads) and even and odd blocks after them, each fma(sumi·dw, dx, sum) in
+/// block order, and returns ((L0 + L2) + (L1 + L3)) + (even + odd), in the
+/// group and in the tail alike, so a row's result does not depend on how
+/// [r0, r1) splits into groups.
 ///
 /// # Safety
 ///
@@ -757,17 +742,17 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
         q: x.q.as_ptr(),
         d: x.d.as_ptr(),
     };
-    let quads = if Q4 { nb / 4 } else { 0 };
+    let quads = nb / 4;
     let pairs = (nb - 4 * quads) / 2;
     // Every row group reads the same activation quads (Q4) or pairs with
     // their scales (Q8_0): prepare them once.
-    let mut xquads = [std::mem::MaybeUninit::<XQuadQ4>::uninit(); MAX_HOISTED_QUADS];
+    let mut xquads = [std::mem::MaybeUninit::<XQuad>::uninit(); MAX_HOISTED_QUADS];
     // Loops in this function, not closures: as `.then(|| …)` closures they
     // were not inlined, and Q8_0 in cache lost speed.
     let hoisted_quads = if quads <= MAX_HOISTED_QUADS {
         for (qd, slot) in xquads[..quads].iter_mut().enumerate() {
             // SAFETY: blocks 4·qd..4·qd+4 exist (4·quads ≤ nb).
-            slot.write(unsafe { x_quad_q4(act.q.add(4 * qd * QK), act.d.add(4 * qd)) });
+            slot.write(unsafe { x_quad::<Q4>(act.q.add(4 * qd * QK), act.d.add(4 * qd)) });
         }
         // SAFETY: slots 0..quads were written just above.
         unsafe { assume_init(&xquads, quads) }
@@ -777,8 +762,9 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
     let mut xpairs = [std::mem::MaybeUninit::<(XPair, __m256)>::uninit(); MAX_HOISTED_PAIRS];
     let hoisted_pairs = if !Q4 && pairs <= MAX_HOISTED_PAIRS {
         for (p, slot) in xpairs[..pairs].iter_mut().enumerate() {
-            // SAFETY: blocks 2p and 2p+1 exist (Q8_0: 2·pairs ≤ nb).
-            slot.write(unsafe { (act.pair(2 * p), act.dx2(2 * p)) });
+            let b = 4 * quads + 2 * p;
+            // SAFETY: blocks b and b+1 exist (4·quads + 2·pairs ≤ nb).
+            slot.write(unsafe { (act.pair(b), act.dx2(b)) });
         }
         // SAFETY: slots 0..pairs were written just above.
         unsafe { assume_init(&xpairs, pairs) }
@@ -791,16 +777,12 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
         // SAFETY: rows r..r+4 lie in [r0, r1), which check_matvec_any_layout
         // bounded (a packed group in the same bytes as its rows).
         let sums = unsafe {
-            let acc4 = if Q4 {
-                group_quads(g, act, quads, hoisted_quads)
-            } else {
-                _mm512_setzero_ps()
-            };
+            let acc4 = group_quads::<Q4, PACKED>(g, act, quads, hoisted_quads);
             let mut acc = group_pairs::<Q4, PACKED>(g, act, 4 * quads, pairs, hoisted_pairs);
             if nb % 2 == 1 {
                 acc = group_last_block::<Q4, PACKED>(g, act, nb - 1, acc);
             }
-            group_total::<Q4>(acc4, acc)
+            group_total(acc4, acc)
         };
         // SAFETY: y holds r1 − r0 rows.
         unsafe { _mm_storeu_ps(y.add(r - r0), sums) };
@@ -830,81 +812,51 @@ const TOKENS: usize = 4;
 /// tiles.
 const CHUNK_GROUPS: usize = 8;
 
-/// A tile's Q4 activation quads per token, prepared once per chunk when a
-/// row has at most this many (K ≤ 4096), and Q8_0's pairs likewise.
+/// A tile's activation quads per token, prepared once per chunk when a
+/// row has at most this many (K ≤ 4096).
 const TILE_QUADS: usize = 32;
-const TILE_PAIRS: usize = 64;
 
-/// A tile's prepared activations, token t's quad or pair i at
-/// t·quads + i (t·pairs + i); empty when a row has too many.
-#[derive(Clone, Copy)]
-struct Hoisted<'a> {
-    quads: &'a [XQuadQ4],
-    pairs: &'a [XPairQ8],
-}
-
-/// A Q8_0 activation pair for the matmul: vpdpbusd's unsigned operand is
-/// the weight plus 128 (one xor per weight, shared by the tile's tokens,
-/// where the matvec's sign transfer costs one op per row and token), and
-/// the accumulator starts at −128·Σx to take the 128 back out. The int32
-/// sums equal the matvec's exactly; the float steps are the matvec's.
-#[derive(Clone, Copy)]
-struct XPairQ8 {
-    x: __m512i,
-    bias: __m512i,
-    dx: __m256,
-}
-
+/// A row's four blocks b..b+4 as vpdpbusd's unsigned operands, in the lane
+/// order of an `XQuad`'s halves. Q4: the low and high nibbles of the
+/// packed bytes (one 64-byte load). Q8_0: the blocks' first and second
+/// halves (two 64-byte loads, regrouped by 128-bit lane), each weight plus
+/// 128 (an xor), which `XQuad`'s −128·Σx takes back out. Shared by a
+/// tile's tokens.
+///
 /// # Safety
 ///
-/// Blocks b and b+1 of `act` exist.
+/// Blocks b..b+4 of row j of the group exist (b is a multiple of 4, so
+/// each 64-byte piece is one `Group::at` chunk when packed).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn x_pair_q8(act: Act, b: usize) -> XPairQ8 {
-    // SAFETY: blocks b and b+1 and their scales (the caller's contract).
-    let (x, dx) = unsafe { (_mm512_loadu_si512(act.q.add(b * QK).cast()), act.dx2(b)) };
-    let zero = _mm512_setzero_si512();
-    XPairQ8 {
-        x,
-        bias: _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(-128), x)),
-        dx,
+unsafe fn quad_weights<const Q4: bool, const PACKED: bool>(g: Group<PACKED>, j: usize, b: usize) -> (__m512i, __m512i) {
+    if Q4 {
+        // SAFETY: the quad's 64 bytes (the caller's contract).
+        let packed = unsafe { _mm512_loadu_si512(g.at(j, b * Q4_BLOCK_BYTES).cast()) };
+        let mask = _mm512_set1_epi8(0x0F);
+        return (
+            _mm512_and_si512(packed, mask),
+            _mm512_and_si512(_mm512_srli_epi16(packed, 4), mask),
+        );
     }
-}
-
-/// Two Q8_0 weight blocks as w + 128, unsigned.
-///
-/// # Safety
-///
-/// `p` is readable for 2·QK bytes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-#[inline]
-unsafe fn load_w2_biased(p: *const u8) -> __m512i {
-    // SAFETY: the caller's contract.
-    _mm512_xor_si512(unsafe { _mm512_loadu_si512(p.cast()) }, _mm512_set1_epi8(-128))
-}
-
-/// A quad of packed Q4 blocks as their low and high nibbles: what
-/// `q4_quad_dot` computes from the weights, shared by the tile's tokens.
-///
-/// # Safety
-///
-/// `p` is readable for 64 bytes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-#[inline]
-unsafe fn q4_quad_nibbles(p: *const u8) -> (__m512i, __m512i) {
-    // SAFETY: 64 bytes, readable by the caller's contract.
-    let packed = unsafe { _mm512_loadu_si512(p.cast()) };
-    let mask = _mm512_set1_epi8(0x0F);
+    // SAFETY: the quad's 128 bytes, 64 at a time (the caller's contract).
+    let (first, second) = unsafe {
+        (
+            _mm512_loadu_si512(g.at(j, b * QK).cast()),
+            _mm512_loadu_si512(g.at(j, b * QK + 2 * QK).cast()),
+        )
+    };
+    let plus_128 = _mm512_set1_epi8(-128);
     (
-        _mm512_and_si512(packed, mask),
-        _mm512_and_si512(_mm512_srli_epi16(packed, 4), mask),
+        _mm512_xor_si512(_mm512_shuffle_i64x2(first, second, 0b10_00_10_00), plus_128),
+        _mm512_xor_si512(_mm512_shuffle_i64x2(first, second, 0b11_01_11_01), plus_128),
     )
 }
 
-/// `q4_quad_dot` on nibbles already split.
+/// One row's int32 partial sums of a quad, lane group L for block b+L.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-fn q4_quad_dot_split(w: (__m512i, __m512i), x: &XQuadQ4) -> __m512i {
+fn quad_dot(w: (__m512i, __m512i), x: &XQuad) -> __m512i {
     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(x.bias, w.0, x.lo), w.1, x.hi)
 }
 
@@ -916,13 +868,13 @@ fn q4_quad_dot_split(w: (__m512i, __m512i), x: &XQuadQ4) -> __m512i {
 /// As `group_quads`, for every token in `act`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn group_quads_tile<const PACKED: bool, const T: usize>(
+unsafe fn group_quads_tile<const Q4: bool, const PACKED: bool, const T: usize>(
     g: Group<PACKED>,
     act: &[Act; T],
     quads: usize,
-    hoisted: &[XQuadQ4],
+    hoisted: &[XQuad],
 ) -> [__m512; T] {
-    let bb = Q4_BLOCK_BYTES;
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
     let mut acc4 = [_mm512_setzero_ps(); T];
     for qd in 0..quads {
         let b = 4 * qd;
@@ -932,74 +884,28 @@ unsafe fn group_quads_tile<const PACKED: bool, const T: usize>(
         unsafe {
             // Spelled out, not `map`: a closure here was not inlined.
             let w = [
-                q4_quad_nibbles(g.at(0, b * bb)),
-                q4_quad_nibbles(g.at(1, b * bb)),
-                q4_quad_nibbles(g.at(2, b * bb)),
-                q4_quad_nibbles(g.at(3, b * bb)),
+                quad_weights::<Q4, PACKED>(g, 0, b),
+                quad_weights::<Q4, PACKED>(g, 1, b),
+                quad_weights::<Q4, PACKED>(g, 2, b),
+                quad_weights::<Q4, PACKED>(g, 3, b),
             ];
             let dw = g.dw_quad(b);
             for t in 0..T {
                 let xb = match hoisted.get(t * quads + qd) {
                     Some(&xb) => xb,
-                    None => x_quad_q4(act[t].q.add(b * QK), act[t].d.add(b)),
+                    None => x_quad::<Q4>(act[t].q.add(b * QK), act[t].d.add(b)),
                 };
                 let sumi = hsum4_lanes(
-                    q4_quad_dot_split(w[0], &xb),
-                    q4_quad_dot_split(w[1], &xb),
-                    q4_quad_dot_split(w[2], &xb),
-                    q4_quad_dot_split(w[3], &xb),
+                    quad_dot(w[0], &xb),
+                    quad_dot(w[1], &xb),
+                    quad_dot(w[2], &xb),
+                    quad_dot(w[3], &xb),
                 );
                 acc4[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sumi), dw), xb.dx, acc4[t]);
             }
         }
     }
     acc4
-}
-
-/// `group_pairs` (Q8_0) for T tokens: each pair of weight blocks is loaded
-/// and biased once, then each token's lanes take `group_pairs`'s steps.
-///
-/// # Safety
-///
-/// As `group_pairs`, for every token in `act`, from block 0.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-#[inline]
-unsafe fn group_pairs_q8_tile<const PACKED: bool, const T: usize>(
-    g: Group<PACKED>,
-    act: &[Act; T],
-    pairs: usize,
-    hoisted: &[XPairQ8],
-) -> [__m256; T] {
-    let mut acc = [_mm256_setzero_ps(); T];
-    for p in 0..pairs {
-        let b = 2 * p;
-        prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 2, QK);
-        // SAFETY: blocks b and b+1 of every token's activation and of the
-        // group's rows exist, with their scales.
-        unsafe {
-            let w = [
-                load_w2_biased(g.at(0, b * QK)),
-                load_w2_biased(g.at(1, b * QK)),
-                load_w2_biased(g.at(2, b * QK)),
-                load_w2_biased(g.at(3, b * QK)),
-            ];
-            let dw = g.dw4x2(b);
-            for t in 0..T {
-                let xb = match hoisted.get(t * pairs + p) {
-                    Some(&xb) => xb,
-                    None => x_pair_q8(act[t], b),
-                };
-                let sumi = hsum4x2_epi32(
-                    _mm512_dpbusd_epi32(xb.bias, w[0], xb.x),
-                    _mm512_dpbusd_epi32(xb.bias, w[1], xb.x),
-                    _mm512_dpbusd_epi32(xb.bias, w[2], xb.x),
-                    _mm512_dpbusd_epi32(xb.bias, w[3], xb.x),
-                );
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dw), xb.dx, acc[t]);
-            }
-        }
-    }
-    acc
 }
 
 /// One group (rows r..r+4) for tokens t0..t0+T, in `matvec`'s order, its
@@ -1019,7 +925,7 @@ unsafe fn group_tile<const Q4: bool, const PACKED: bool, const T: usize>(
     t0: usize,
     quads: usize,
     pairs: usize,
-    hoisted: Hoisted,
+    hoisted: &[XQuad],
     out: usize,
 ) -> usize {
     let (cols, xnb) = (x.cols, x.cols / QK);
@@ -1037,23 +943,17 @@ unsafe fn group_tile<const Q4: bool, const PACKED: bool, const T: usize>(
     // SAFETY: every token's activation holds nb blocks and the group's rows
     // are in bounds (the caller's contract); y[t] holds out + 4 values.
     unsafe {
-        let (acc4, mut acc) = if Q4 {
-            let mut acc = [_mm256_setzero_ps(); T];
-            for t in 0..T {
-                acc[t] = group_pairs::<true, PACKED>(g, act[t], 4 * quads, pairs, &[]);
-            }
-            (group_quads_tile::<PACKED, T>(g, &act, quads, hoisted.quads), acc)
-        } else {
-            (
-                [_mm512_setzero_ps(); T],
-                group_pairs_q8_tile::<PACKED, T>(g, &act, pairs, hoisted.pairs),
-            )
-        };
+        let acc4 = group_quads_tile::<Q4, PACKED, T>(g, &act, quads, hoisted);
+        // At most one pair after the quads: the matvec's own steps.
+        let mut acc = [_mm256_setzero_ps(); T];
+        for t in 0..T {
+            acc[t] = group_pairs::<Q4, PACKED>(g, act[t], 4 * quads, pairs, &[]);
+        }
         for t in 0..T {
             if nb % 2 == 1 {
                 acc[t] = group_last_block::<Q4, PACKED>(g, act[t], nb - 1, acc[t]);
             }
-            _mm_storeu_ps(y[t].as_mut_ptr().add(out), group_total::<Q4>(acc4[t], acc[t]));
+            _mm_storeu_ps(y[t].as_mut_ptr().add(out), group_total(acc4[t], acc[t]));
         }
     }
     T
@@ -1083,12 +983,11 @@ unsafe fn matmul<const Q4: bool, const PACKED: bool>(
     r0: usize,
     r1: usize,
 ) {
-    let quads = if Q4 { nb / 4 } else { 0 };
+    let quads = nb / 4;
     let pairs = (nb - 4 * quads) / 2;
     let n = x.n;
     let (cols, xnb) = (x.cols, x.cols / QK);
-    let mut xquads = [std::mem::MaybeUninit::<XQuadQ4>::uninit(); TOKENS * TILE_QUADS];
-    let mut xpairs = [std::mem::MaybeUninit::<XPairQ8>::uninit(); TOKENS * TILE_PAIRS];
+    let mut xquads = [std::mem::MaybeUninit::<XQuad>::uninit(); TOKENS * TILE_QUADS];
     let groups_end = r0 + (r1 - r0) / 4 * 4;
     let mut r = r0;
     while r < groups_end {
@@ -1102,29 +1001,18 @@ unsafe fn matmul<const Q4: bool, const PACKED: bool>(
             };
             // Loops in this function, not closures over the preparation:
             // those were not inlined (as in `matvec`).
-            let mut hoisted = Hoisted { quads: &[], pairs: &[] };
-            if Q4 && quads <= TILE_QUADS {
+            let mut hoisted: &[XQuad] = &[];
+            if quads <= TILE_QUADS {
                 for tt in 0..tn {
                     let a = act(tt);
                     for qd in 0..quads {
                         // SAFETY: blocks 4·qd..4·qd+4 of token t + tt exist.
-                        let xq = unsafe { x_quad_q4(a.q.add(4 * qd * QK), a.d.add(4 * qd)) };
+                        let xq = unsafe { x_quad::<Q4>(a.q.add(4 * qd * QK), a.d.add(4 * qd)) };
                         xquads[tt * quads + qd].write(xq);
                     }
                 }
                 // SAFETY: slots 0..tn·quads were written just above.
-                hoisted.quads = unsafe { assume_init(&xquads, tn * quads) };
-            } else if !Q4 && pairs <= TILE_PAIRS {
-                for tt in 0..tn {
-                    let a = act(tt);
-                    for p in 0..pairs {
-                        // SAFETY: blocks 2p and 2p+1 of token t + tt exist.
-                        let xp = unsafe { x_pair_q8(a, 2 * p) };
-                        xpairs[tt * pairs + p].write(xp);
-                    }
-                }
-                // SAFETY: slots 0..tn·pairs were written just above.
-                hoisted.pairs = unsafe { assume_init(&xpairs, tn * pairs) };
+                hoisted = unsafe { assume_init(&xquads, tn * quads) };
             }
             let mut gr = r;
             while gr < chunk_end {

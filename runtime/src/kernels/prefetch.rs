@@ -135,14 +135,21 @@ pub fn row_group<const PACKED: bool>(
     blocks: usize,
     block_bytes: usize,
 ) {
-    let offset = b * block_bytes;
-    if offset % 64 < blocks * block_bytes {
+    let (offset, bytes) = (b * block_bytes, blocks * block_bytes);
+    // The line this step starts in, if no earlier step asked for it, and
+    // every later line it reaches (a step of more than 64 bytes a row).
+    let mut line = offset - offset % 64;
+    if offset % 64 >= bytes {
+        line += 64;
+    }
+    while line < offset + bytes {
         for j in 0..4 {
             to_l2(wq.wrapping_add(match PACKED {
-                false => (r + j) * stride + offset + WEIGHTS_AHEAD,
-                true => r * stride + 4 * offset + 64 * j + WEIGHTS_AHEAD,
+                false => (r + j) * stride + line + WEIGHTS_AHEAD,
+                true => r * stride + 4 * line + 64 * j + WEIGHTS_AHEAD,
             }));
         }
+        line += 64;
     }
     // The group's scales are 4·nb contiguous floats, 16 bytes per block
     // while the weights advance 4·block_bytes: ask for them as many
