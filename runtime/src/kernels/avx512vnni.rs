@@ -7,17 +7,17 @@
 //! VNNI does not imply AVX-VNNI (Zen 4 has the first only), so everything
 //! the avxvnni tier implements is implemented here again with EVEX code.
 //!
-//! Integer dot (DESIGN.md §5): 512-bit vpdpbusd. It multiplies unsigned by
-//! signed bytes. A row group runs its blocks four at a time (quads: one
-//! block per 128-bit lane, so four rows' sums reduce once per four blocks)
-//! with unsigned weights: Q4's nibbles as they are, Q8_0's plus 128 (an
-//! xor), the accumulator starting at −8·Σx or −128·Σx to re-centre them
-//! exactly (`quad_weights`, `XQuad`). The at most three blocks after the
-//! quads go two at a time: there the activation is made unsigned with
-//! vpabsb and, AVX-512 having no vpsignb, its sign moved onto the weight
-//! with a masked subtract from zero under its sign-bit mask (`pair_dot`;
-//! where the activation is 0, |x| = 0 already zeroes the product), or for
-//! Q4 the nibbles again multiply it as they are (`q4_pair_dot`).
+//! Integer dot (DESIGN.md §5): 512-bit vpdpbusd, which multiplies unsigned
+//! by signed bytes. Q8_0's matvec goes two blocks at a time: the activation
+//! made unsigned with vpabsb and, AVX-512 having no vpsignb, its sign moved
+//! onto the weight with a masked subtract from zero under its sign-bit mask
+//! (`pair_dot`; where the activation is 0, |x| = 0 already zeroes the
+//! product). Q4 row groups, and Q8_0's in the matmul, go four blocks at a
+//! time (quads: one block per 128-bit lane, so four rows' sums reduce once
+//! per four blocks) with unsigned weights as they are: Q4's nibbles, or
+//! Q8_0's plus 128 (an xor shared by a tile's tokens), the accumulator
+//! starting at −8·Σx or −128·Σx to re-centre them exactly (`quad_weights`,
+//! `XQuad`); Q4 pairs likewise (`q4_pair_dot`).
 //!
 //! Only 512-bit EVEX forms and AVX2 (VEX) forms are used, never EVEX at 128
 //! or 256 bits, so AVX512VL is not required.
@@ -545,10 +545,11 @@ unsafe fn group_quads<const Q4: bool, const PACKED: bool>(
     acc4
 }
 
-/// Block pairs for a group, from block `first`: [even-block sums, odd-block
-/// sums] of the four rows, each lane a running fma(sumi·dw, dx, acc).
+/// Block pairs for a group, from block `first`, added to `acc`: [even-block
+/// sums, odd-block sums] of the four rows, each lane a running
+/// fma(sumi·dw, dx, acc).
 /// `hoisted`: Q8_0's pairs (with their scales) prepared once per call
-/// (empty when not). At most one pair follows the quads.
+/// (empty when not).
 ///
 /// # Safety
 ///
@@ -561,9 +562,9 @@ unsafe fn group_pairs<const Q4: bool, const PACKED: bool>(
     first: usize,
     pairs: usize,
     hoisted: &[(XPair, __m256)],
+    mut acc: __m256,
 ) -> __m256 {
     let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
-    let mut acc = _mm256_setzero_ps();
     for p in 0..pairs {
         let b = first + 2 * p;
         prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 2, bb);
@@ -634,8 +635,11 @@ unsafe fn group_last_block<const Q4: bool, const PACKED: bool>(
 /// ((L0 + L2) + (L1 + L3)) + (even + odd), as `tail_row` adds them.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-fn group_total(acc4: __m512, acc: __m256) -> __m128 {
+fn group_total<const Q4: bool>(acc4: __m512, acc: __m256) -> __m128 {
     let sums = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    if !Q4 {
+        return sums;
+    }
     let q = _mm256_add_ps(
         _mm512_castps512_ps256(acc4),
         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc4), 1)),
@@ -706,21 +710,25 @@ unsafe fn tail_row<const Q4: bool>(
         let lo = hsum_epi32(_mm512_castsi512_si256(v));
         even = (lo as f32 * dw(b)).mul_add(dx, even);
     }
-    ((quad[0] + quad[2]) + (quad[1] + quad[3])) + (even + odd)
+    if Q4 {
+        ((quad[0] + quad[2]) + (quad[1] + quad[3])) + (even + odd)
+    } else {
+        even + odd
+    }
 }
 
-/// Rows four at a time, blocks four at a time (quads), then at most one
-/// pair, each activation quad or pair prepared once for all four rows; an
-/// odd last block runs with zeros in its second half; then a row-at-a-time
-/// tail. `PACKED`: the matrix's whole four-row groups are packed
-/// (`core::tensor::pack_row_groups`), so a group reads one ascending
-/// stream; the tail rows are row-major either way.
+/// Rows four at a time, blocks two at a time, each activation pair loaded
+/// once for all four rows; an odd last block runs with zeros in its second
+/// half; then a row-at-a-time tail. `PACKED`: the matrix's whole four-row
+/// groups are packed (`core::tensor::pack_row_groups`), so a group reads one
+/// ascending stream; the tail rows are row-major either way. Q4 runs whole
+/// quads of blocks first.
 ///
-/// Each row keeps six sums, one per quad lane (block b ≡ L mod 4 within the
-/// quads) and even and odd blocks after them, each fma(sumi·dw, dx, sum) in
-/// block order, and returns ((L0 + L2) + (L1 + L3)) + (even + odd), in the
-/// group and in the tail alike, so a row's result does not depend on how
-/// [r0, r1) splits into groups.
+/// Each row keeps two sums, even blocks and odd blocks, each
+/// fma(sumi·dw, dx, sum) in block order, and returns even + odd (Q4: four
+/// more, one per quad lane, and ((L0 + L2) + (L1 + L3)) + (even + odd)), in
+/// the group and in the tail alike, so a row's result does not depend on
+/// how [r0, r1) splits into groups.
 ///
 /// # Safety
 ///
@@ -742,7 +750,7 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
         q: x.q.as_ptr(),
         d: x.d.as_ptr(),
     };
-    let quads = nb / 4;
+    let quads = if Q4 { nb / 4 } else { 0 };
     let pairs = (nb - 4 * quads) / 2;
     // Every row group reads the same activation quads (Q4) or pairs with
     // their scales (Q8_0): prepare them once.
@@ -778,11 +786,11 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
         // bounded (a packed group in the same bytes as its rows).
         let sums = unsafe {
             let acc4 = group_quads::<Q4, PACKED>(g, act, quads, hoisted_quads);
-            let mut acc = group_pairs::<Q4, PACKED>(g, act, 4 * quads, pairs, hoisted_pairs);
+            let mut acc = group_pairs::<Q4, PACKED>(g, act, 4 * quads, pairs, hoisted_pairs, _mm256_setzero_ps());
             if nb % 2 == 1 {
                 acc = group_last_block::<Q4, PACKED>(g, act, nb - 1, acc);
             }
-            group_total(acc4, acc)
+            group_total::<Q4>(acc4, acc)
         };
         // SAFETY: y holds r1 − r0 rows.
         unsafe { _mm_storeu_ps(y.add(r - r0), sums) };
@@ -818,10 +826,10 @@ const TILE_QUADS: usize = 32;
 
 /// A row's four blocks b..b+4 as vpdpbusd's unsigned operands, in the lane
 /// order of an `XQuad`'s halves. Q4: the low and high nibbles of the
-/// packed bytes (one 64-byte load). Q8_0: the blocks' first and second
-/// halves (two 64-byte loads, regrouped by 128-bit lane), each weight plus
-/// 128 (an xor), which `XQuad`'s −128·Σx takes back out. Shared by a
-/// tile's tokens.
+/// packed bytes (one 64-byte load). Q8_0 (the matmul's): the blocks' first
+/// and second halves (two 64-byte loads, regrouped by 128-bit lane), each
+/// weight plus 128 (an xor), which `XQuad`'s −128·Σx takes back out.
+/// Shared by a tile's tokens.
 ///
 /// # Safety
 ///
@@ -908,6 +916,65 @@ unsafe fn group_quads_tile<const Q4: bool, const PACKED: bool, const T: usize>(
     acc4
 }
 
+/// Q8_0's quads for T tokens, added as the matvec adds its pairs: the
+/// matvec runs Q8_0 two blocks at a time (its sign transfer per row and
+/// token costs no more than the quad's regrouping there, and streams
+/// row-major matrices faster), so each quad's int32 sums, lane groups
+/// [b, b+1] and [b+2, b+3], take two of `group_pairs`'s float steps in
+/// block order. The integer work is the quad path's: the weights loaded,
+/// regrouped and biased once per tile, one four-row reduction per four
+/// blocks.
+///
+/// # Safety
+///
+/// As `group_quads`, for every token in `act`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn group_quads_q8_tile<const PACKED: bool, const T: usize>(
+    g: Group<PACKED>,
+    act: &[Act; T],
+    quads: usize,
+    hoisted: &[XQuad],
+) -> [__m256; T] {
+    let mut acc = [_mm256_setzero_ps(); T];
+    for qd in 0..quads {
+        let b = 4 * qd;
+        prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 4, QK);
+        // SAFETY: blocks b..b+4 of every token's activation and of the
+        // group's rows exist (b + 4 ≤ 4·quads ≤ nb), with their scales.
+        unsafe {
+            let w = [
+                quad_weights::<false, PACKED>(g, 0, b),
+                quad_weights::<false, PACKED>(g, 1, b),
+                quad_weights::<false, PACKED>(g, 2, b),
+                quad_weights::<false, PACKED>(g, 3, b),
+            ];
+            let (dw01, dw23) = (g.dw4x2(b), g.dw4x2(b + 2));
+            for t in 0..T {
+                let xb = match hoisted.get(t * quads + qd) {
+                    Some(&xb) => xb,
+                    None => x_quad::<false>(act[t].q.add(b * QK), act[t].d.add(b)),
+                };
+                let sumi = hsum4_lanes(
+                    quad_dot(w[0], &xb),
+                    quad_dot(w[1], &xb),
+                    quad_dot(w[2], &xb),
+                    quad_dot(w[3], &xb),
+                );
+                let (s01, s23) = (_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+                let dx23 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xb.dx), 1));
+                let a = _mm256_fmadd_ps(
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(s01), dw01),
+                    _mm512_castps512_ps256(xb.dx),
+                    acc[t],
+                );
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s23), dw23), dx23, a);
+            }
+        }
+    }
+    acc
+}
+
 /// One group (rows r..r+4) for tokens t0..t0+T, in `matvec`'s order, its
 /// results stored at `out` of y[0..T]. Returns T.
 ///
@@ -943,17 +1010,22 @@ unsafe fn group_tile<const Q4: bool, const PACKED: bool, const T: usize>(
     // SAFETY: every token's activation holds nb blocks and the group's rows
     // are in bounds (the caller's contract); y[t] holds out + 4 values.
     unsafe {
-        let acc4 = group_quads_tile::<Q4, PACKED, T>(g, &act, quads, hoisted);
+        let (acc4, mut acc) = if Q4 {
+            let acc4 = group_quads_tile::<true, PACKED, T>(g, &act, quads, hoisted);
+            (acc4, [_mm256_setzero_ps(); T])
+        } else {
+            let acc = group_quads_q8_tile::<PACKED, T>(g, &act, quads, hoisted);
+            ([_mm512_setzero_ps(); T], acc)
+        };
         // At most one pair after the quads: the matvec's own steps.
-        let mut acc = [_mm256_setzero_ps(); T];
         for t in 0..T {
-            acc[t] = group_pairs::<Q4, PACKED>(g, act[t], 4 * quads, pairs, &[]);
+            acc[t] = group_pairs::<Q4, PACKED>(g, act[t], 4 * quads, pairs, &[], acc[t]);
         }
         for t in 0..T {
             if nb % 2 == 1 {
                 acc[t] = group_last_block::<Q4, PACKED>(g, act[t], nb - 1, acc[t]);
             }
-            _mm_storeu_ps(y[t].as_mut_ptr().add(out), group_total(acc4[t], acc[t]));
+            _mm_storeu_ps(y[t].as_mut_ptr().add(out), group_total::<Q4>(acc4[t], acc[t]));
         }
     }
     T
