@@ -520,10 +520,10 @@ unsafe fn group_quads<const Q4: bool, const PACKED: bool>(
     let mut acc4 = _mm512_setzero_ps();
     for qd in 0..quads {
         let b = 4 * qd;
-        // Packed or not, the group is prefetched ahead in software.
-        // Packed Q8_0 was a little faster without it on Zen 4, but an
+        // Packed or not, the group is prefetched ahead in software: an
         // Intel Xeon's hardware prefetchers alone fell far short of the
-        // probe cold (PERF.md).
+        // probe cold (PERF.md), and Q4_0 decode on the Zen 4 needs it too
+        // (packed Q8_0's matvec pairs go without: `group_pairs`).
         prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 4, bb);
         // SAFETY: blocks b..b+4 of the activation and of the group's rows
         // exist (b + 4 ≤ 4·quads ≤ nb), with their scales.
@@ -547,7 +547,8 @@ unsafe fn group_quads<const Q4: bool, const PACKED: bool>(
 
 /// Block pairs for a group, from block `first`, added to `acc`: [even-block
 /// sums, odd-block sums] of the four rows, each lane a running
-/// fma(sumi·dw, dx, acc).
+/// fma(sumi·dw, dx, acc). `prefetch`: ask for the group's lines ahead in
+/// software (`prefetch::row_group`).
 /// `hoisted`: Q8_0's pairs (with their scales) prepared once per call
 /// (empty when not).
 ///
@@ -563,11 +564,14 @@ unsafe fn group_pairs<const Q4: bool, const PACKED: bool>(
     pairs: usize,
     hoisted: &[(XPair, __m256)],
     mut acc: __m256,
+    prefetch: bool,
 ) -> __m256 {
     let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
     for p in 0..pairs {
         let b = first + 2 * p;
-        prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 2, bb);
+        if prefetch {
+            prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 2, bb);
+        }
         // SAFETY: blocks b and b+1 of the activation and of the group's
         // rows exist, with their scales.
         let (sumi, dw, dx) = unsafe {
@@ -786,7 +790,16 @@ unsafe fn matvec<const Q4: bool, const PACKED: bool>(
         // bounded (a packed group in the same bytes as its rows).
         let sums = unsafe {
             let acc4 = group_quads::<Q4, PACKED>(g, act, quads, hoisted_quads);
-            let mut acc = group_pairs::<Q4, PACKED>(g, act, 4 * quads, pairs, hoisted_pairs, _mm256_setzero_ps());
+            // Packed Q8_0 streams without software prefetch (on non-Intel
+            // CPUs, where it is the layout): the hardware prefetchers
+            // follow its one ascending stream alone, and SmolLM2-135M
+            // decode on the Zen 4 ran faster so, 1 thread 152–166 →
+            // 185–194 tok/s (62% → 78–80% of the peak probe), 2 threads
+            // 226–235 → 236–253 (PERF.md). Q4_0 (quads) needs it: 297–299
+            // tok/s without, 348–364 with.
+            let prefetch = Q4 || !PACKED;
+            let mut acc =
+                group_pairs::<Q4, PACKED>(g, act, 4 * quads, pairs, hoisted_pairs, _mm256_setzero_ps(), prefetch);
             if nb % 2 == 1 {
                 acc = group_last_block::<Q4, PACKED>(g, act, nb - 1, acc);
             }
@@ -1019,7 +1032,7 @@ unsafe fn group_tile<const Q4: bool, const PACKED: bool, const T: usize>(
         };
         // At most one pair after the quads: the matvec's own steps.
         for t in 0..T {
-            acc[t] = group_pairs::<Q4, PACKED>(g, act[t], 4 * quads, pairs, &[], acc[t]);
+            acc[t] = group_pairs::<Q4, PACKED>(g, act[t], 4 * quads, pairs, &[], acc[t], true);
         }
         for t in 0..T {
             if nb % 2 == 1 {
