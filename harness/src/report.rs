@@ -75,6 +75,9 @@ pub struct BenchResult {
     /// Decode speed as a fraction of the memory-bandwidth roofline.
     #[serde(default)]
     pub roofline_fraction: Option<f64>,
+    /// Every run's tok/s in round order; `tokens_per_sec` is their median.
+    #[serde(default)]
+    pub runs: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -499,7 +502,7 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(s, "{}\n", r.bench.note);
         let _ = writeln!(
             s,
-            "| tier | row | ran as | decode tok/s | speedup vs scalar | of roofline |\n|---|---|---|---|---|---|"
+            "| tier | row | ran as | decode tok/s (median) | runs | speedup vs scalar | of roofline |\n|---|---|---|---|---|---|---|"
         );
         for b in &r.bench.results {
             let speed = if b.emulated {
@@ -508,10 +511,17 @@ pub fn markdown(r: &Report) -> String {
                 b.speedup_vs_scalar.map_or("—".into(), |x| format!("{x:.2}×"))
             };
             let roof = b.roofline_fraction.map_or("—".into(), |f| format!("{:.0}%", f * 100.0));
+            let runs: Vec<String> = b.runs.iter().map(|r| format!("{r:.0}")).collect();
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {:.1} | {} | {} |",
-                b.tier, b.row, b.ran_as, b.tokens_per_sec, speed, roof
+                "| {} | {} | {} | {:.1} | {} | {} | {} |",
+                b.tier,
+                b.row,
+                b.ran_as,
+                b.tokens_per_sec,
+                runs.join(", "),
+                speed,
+                roof
             );
         }
         let _ = writeln!(

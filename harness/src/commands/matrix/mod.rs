@@ -114,6 +114,7 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
         },
     )?;
 
+    bench::clear_staged(&ctx);
     let plans: Vec<row::RowPlan> = selected.iter().map(|r| row::plan(&ctx, r)).collect();
     let mut rows = Vec::new();
     // Rows built so far: the seeds of the later rows' target dirs.
@@ -155,6 +156,8 @@ pub fn run(args: MatrixArgs) -> Result<bool> {
         );
         rows.push(report);
     }
+
+    bench::bench_rounds(&sh, &ctx, &mut rows);
 
     // Each tier must cost fewer instructions per token than the one below.
     for order_break in icount::ordering(&rows) {

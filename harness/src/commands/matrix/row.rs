@@ -278,13 +278,14 @@ fn build_and_run(sh: &Shell, ctx: &Ctx, plan: &RowPlan) -> RowReport {
     // 5. Cells, `jobs` at a time.
     report.cells = cell::run_all(ctx, plan, &built);
 
-    // 6. Decode speed, on the host CPU, once nothing else of the row runs.
+    // 6. Decode speed: the row's `ml` kept for the interleaved rounds after
+    // the last row (`bench::bench_rounds`).
     if report
         .cells
         .iter()
         .any(|c| c.cpu == "native" && c.result == CellResult::Pass)
     {
-        report.bench = bench::bench_row(sh, ctx, plan, &built.ml);
+        bench::stage_row(ctx, plan, &built.ml);
     }
 
     verdict(plan, &mut report);
