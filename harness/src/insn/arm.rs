@@ -33,11 +33,17 @@ const THUMB2_ONLY: &[&str] = &[
     "it", "ite", "itt", "itee", "itet", "itte", "ittt", "cbz", "cbnz", "tbb", "tbh",
 ];
 
+/// Condition codes, as a mnemonic's suffix.
+const CONDS: &[&str] = &[
+    "eq", "ne", "cs", "hs", "cc", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le", "al",
+];
+
+/// Branches, whose operand objdump prints as a bare hex address (`bcs
+/// d0024 <f+0x10>`): never a register, though it may read as one (d0024).
+const BRANCHES: &[&str] = &["b", "bl", "blx", "bx", "cbz", "cbnz"];
+
 /// The mnemonic without a condition code or `.w`/`.n` width suffix.
 fn arm_base_mnemonic(m: &str) -> &str {
-    const CONDS: &[&str] = &[
-        "eq", "ne", "cs", "hs", "cc", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le", "al",
-    ];
     let m = m.trim_end_matches(".w").trim_end_matches(".n");
     let all = ARM_V7_ONLY.iter().chain(ARM_V6K_ONLY).chain(THUMB2_ONLY);
     if all.clone().any(|k| *k == m) {
@@ -53,13 +59,44 @@ fn arm_base_mnemonic(m: &str) -> &str {
     m
 }
 
+/// A branch mnemonic, with or without a condition code or width suffix.
+fn is_branch(base: &str) -> bool {
+    let m = base.trim_end_matches(".w").trim_end_matches(".n");
+    BRANCHES.contains(&m)
+        || CONDS
+            .iter()
+            .any(|c| m.strip_suffix(c).is_some_and(|stem| BRANCHES.contains(&stem)))
+}
+
+/// The register operands of objdump's operand text: without a comment
+/// (`;` or `@`, which may hold an address such as `@ d0024`), without
+/// symbol names (`<d16_table+0x4>`), and none of a branch's (an address).
+fn register_operands(base: &str, ops: &str) -> String {
+    if is_branch(base) {
+        return String::new();
+    }
+    let ops = ops.split([';', '@']).next().unwrap_or("");
+    let mut out = String::with_capacity(ops.len());
+    let mut depth = 0usize;
+    for c in ops.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out.trim().to_string()
+}
+
 pub(super) fn classify(insn: &str, bytes: &str) -> Vec<Ext> {
     let insn = insn.trim().to_ascii_lowercase();
     let (mnemonic, ops) = insn.split_once(char::is_whitespace).unwrap_or((insn.as_str(), ""));
-    let ops = ops.split(';').next().unwrap_or("").trim();
     let mut parts = mnemonic.split('.');
     let base = parts.next().unwrap_or("");
     let types: Vec<&str> = parts.collect();
+    let ops = register_operands(mnemonic, ops);
+    let ops = ops.as_str();
     let mut out = Vec::new();
     let qreg = has_reg(ops, |t| t.strip_prefix('q').and_then(is_num).is_some_and(|n| n <= 15));
     let dreg = has_reg(ops, |t| t.strip_prefix('d').and_then(is_num).is_some());

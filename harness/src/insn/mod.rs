@@ -175,6 +175,21 @@ mod tests {
         assert_eq!(classify(Arch::Arm, "veor\td16, d16, d16", ""), ["neon", "vfpd32"]);
     }
 
+    /// Addresses and symbols are not registers: a branch to 0xd0024 once
+    /// read as d24 (vfpd32) in an ARMv6 build's clap code.
+    #[test]
+    fn arm_addresses_and_symbols_are_not_registers() {
+        let r = |i: &str| classify_ext(Arch::Arm, i, "");
+        assert_eq!(r("bcs\td0024 <_ZN4clap3foo17h0123E+0x40>"), vec![]);
+        assert_eq!(r("bl\td16a0 <d16_table>"), vec![]);
+        assert_eq!(r("bxeq\tlr"), vec![]);
+        assert_eq!(r("ldr\tr3, [pc, #16]\t@ d0024 <d20+0x4>"), vec![]);
+        assert_eq!(r("vldr\td17, [pc, #8]\t@ d0030 <x>"), vec![D32]);
+        assert_eq!(r("vmov.f64\td16, d0\t; d0028"), vec![D32]);
+        // A Thumb-2 compare-and-branch still needs Thumb-2, by its mnemonic.
+        assert_eq!(r("cbz\tr0, d0024 <f>"), vec![Thumb2]);
+    }
+
     #[test]
     fn aarch64_extensions() {
         let a = |i: &str| classify_ext(Arch::Aarch64, i, "");
