@@ -683,7 +683,7 @@ impl Transformer<'_> {
             // The chunk's (position, head) pairs are the units of work, so
             // the threads meet once per layer, not once per position, and
             // split uneven head counts (SmolLM2's 9) evenly.
-            let layer = &b.key_cache[l * seq * kv_dim..(l * seq + pos0 + n) * kv_dim];
+            let layer_keys = &b.key_cache[l * seq * kv_dim..(l * seq + pos0 + n) * kv_dim];
             let layer_values = &b.value_cache[l * seq * kv_dim..(l * seq + pos0 + n) * kv_dim];
             let threads = exec.threads();
             let mut outs = &mut c.xbs[..n * dim];
@@ -713,7 +713,7 @@ impl Transformer<'_> {
                         h0,
                         group,
                         head_dim,
-                        &layer[..len * kv_dim],
+                        &layer_keys[..len * kv_dim],
                         &layer_values[..len * kv_dim],
                         kv_dim,
                         inv_sqrt_hd,
