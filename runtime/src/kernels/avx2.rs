@@ -87,14 +87,38 @@ fn block_dot(w: __m256i, x: &XBlock) -> __m256i {
     _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
 }
 
-/// Four rows' sums of one block. A Q4_0 product (q − 8)·x is at most
-/// 8·127 = 1016 in size, so eight of them add up in int16 (8128): the
-/// rows' byte-pair sums are reduced with vphaddw to eight products a lane,
-/// then widened once (vpmaddwd) for all four rows. Q8_0 pairs (up to
+/// Q4 group weights are the unsigned nibbles q (0–15) themselves, as
+/// vpmaddubsw's unsigned operand: no re-centring, and no sign transfer
+/// per activation (`group_dot`); Q8 blocks are `load_w`'s.
+const Q4_NIBBLE_GROUPS: bool = true;
+
+/// # Safety
+///
+/// As `load_w`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn load_group_w<const Q4: bool>(p: *const u8) -> __m256i {
+    if Q4 {
+        // SAFETY: a Q4 block is 16 bytes (the caller's contract).
+        let packed = unsafe { _mm_loadu_si128(p.cast()) };
+        let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+        _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+    } else {
+        // SAFETY: as above, a Q8 block is 32 bytes.
+        unsafe { load_w::<false>(p) }
+    }
+}
+
+/// Four rows' sums of one block. Q4_0: vpmaddubsw multiplies the nibbles q
+/// by x directly, and 8·Σx (`xsum`, the activation block's sum) is taken
+/// off the sums, so Σ(q − 8)·x comes out as the same integers. q·x is at
+/// most 15·127 = 1905 in size, so eight of them add up in int16 (15240):
+/// the rows' byte-pair sums are reduced with vphaddw to eight products a
+/// lane, then widened once (vpmaddwd) for all four rows. Q8_0 pairs (up to
 /// 2·127²) need widening each on its own, as `block_dot` does.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn group_dot<const Q4: bool>(w: [__m256i; 4], x: &XBlock) -> __m128i {
+fn group_dot<const Q4: bool>(w: [__m256i; 4], x: &XBlock, xsum: i32) -> __m128i {
     if !Q4 {
         return hsum4(
             block_dot(w[0], x),
@@ -103,11 +127,12 @@ fn group_dot<const Q4: bool>(w: [__m256i; 4], x: &XBlock) -> __m128i {
             block_dot(w[3], x),
         );
     }
-    let v = w.map(|w| _mm256_maddubs_epi16(x.abs, signed_w(w, x)));
+    let v = w.map(|q| _mm256_maddubs_epi16(q, x.x));
     let h = _mm256_hadd_epi16(_mm256_hadd_epi16(v[0], v[1]), _mm256_hadd_epi16(v[2], v[3]));
-    // Per 128-bit lane [row 0, 1, 2, 3]: its half of each row's block.
+    // Per 128-bit lane [row 0, 1, 2, 3]: its half of each row's Σq·x.
     let s = _mm256_madd_epi16(h, _mm256_set1_epi16(1));
-    _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1))
+    let qx = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    _mm_sub_epi32(qx, _mm_set1_epi32(8 * xsum))
 }
 
 /// [Σa, Σb, Σc, Σd] of four vectors of eight int32.

@@ -31,7 +31,7 @@ tiled_matmul_entry_points!(matmul_rows);
 /// An activation block as (|x|, x), prepared once and shared by four rows.
 struct XBlock {
     abs: [__m128i; 2],
-    sign: [__m128i; 2],
+    x: [__m128i; 2],
 }
 
 /// # Safety
@@ -44,7 +44,7 @@ unsafe fn load_x(p: *const i8) -> XBlock {
     let (x0, x1) = unsafe { (_mm_loadu_si128(p.cast()), _mm_loadu_si128(p.add(16).cast())) };
     XBlock {
         abs: [_mm_abs_epi8(x0), _mm_abs_epi8(x1)],
-        sign: [x0, x1],
+        x: [x0, x1],
     }
 }
 
@@ -53,21 +53,48 @@ unsafe fn load_x(p: *const i8) -> XBlock {
 #[inline]
 fn block_dot(w: [__m128i; 2], x: &XBlock) -> __m128i {
     let ones = _mm_set1_epi16(1);
-    let p0 = _mm_maddubs_epi16(x.abs[0], _mm_sign_epi8(w[0], x.sign[0]));
-    let p1 = _mm_maddubs_epi16(x.abs[1], _mm_sign_epi8(w[1], x.sign[1]));
+    let p0 = _mm_maddubs_epi16(x.abs[0], _mm_sign_epi8(w[0], x.x[0]));
+    let p1 = _mm_maddubs_epi16(x.abs[1], _mm_sign_epi8(w[1], x.x[1]));
     // Widen each half separately: two int16 pair sums could overflow.
     _mm_add_epi32(_mm_madd_epi16(p0, ones), _mm_madd_epi16(p1, ones))
 }
 
-/// Four rows' sums of one block. A Q4_0 product (q − 8)·x is at most
-/// 8·127 = 1016 in size, so sixteen of them add up in int16 (16256):
-/// each row's two byte-pair halves are added before widening, and the
-/// rows are reduced with phaddw to sixteen products a lane, then widened
-/// once (pmaddwd) for all four rows. Q8_0 products (up to 127²) need each
-/// pair widened on its own, as `block_dot` does.
+/// Q4 group weights are the unsigned nibbles q (0–15) themselves, as
+/// pmaddubsw's unsigned operand: no re-centring, and no sign transfer per
+/// activation (`group_dot`); Q8 blocks are `load_w`'s.
+const Q4_NIBBLE_GROUPS: bool = true;
+
+/// # Safety
+///
+/// As `load_w`.
 #[target_feature(enable = "sse4.1")]
 #[inline]
-fn group_dot<const Q4: bool>(w: [[__m128i; 2]; 4], x: &XBlock) -> __m128i {
+unsafe fn load_group_w<const Q4: bool>(p: *const u8) -> [__m128i; 2] {
+    if Q4 {
+        // SAFETY: a Q4 block is 16 bytes (the caller's contract).
+        let packed = unsafe { _mm_loadu_si128(p.cast()) };
+        let low4 = _mm_set1_epi8(0x0F);
+        [
+            _mm_and_si128(packed, low4),
+            _mm_and_si128(_mm_srli_epi16(packed, 4), low4),
+        ]
+    } else {
+        // SAFETY: as above, a Q8 block is 32 bytes.
+        unsafe { load_w::<false>(p) }
+    }
+}
+
+/// Four rows' sums of one block. Q4_0: pmaddubsw multiplies the nibbles q
+/// by x directly, and 8·Σx (`xsum`, the activation block's sum) is taken
+/// off the sums, so Σ(q − 8)·x comes out as the same integers. q·x is at
+/// most 15·127 = 1905 in size, so sixteen of them add up in int16 (30480):
+/// each row's two byte-pair halves are added before widening, and the rows
+/// are reduced with phaddw to sixteen products a lane, then widened once
+/// (pmaddwd) for all four rows. Q8_0 products (up to 127²) need each pair
+/// widened on its own, as `block_dot` does.
+#[target_feature(enable = "sse4.1")]
+#[inline]
+fn group_dot<const Q4: bool>(w: [[__m128i; 2]; 4], x: &XBlock, xsum: i32) -> __m128i {
     if !Q4 {
         return hsum4(
             block_dot(w[0], x),
@@ -76,10 +103,10 @@ fn group_dot<const Q4: bool>(w: [[__m128i; 2]; 4], x: &XBlock) -> __m128i {
             block_dot(w[3], x),
         );
     }
-    let half = |w: [__m128i; 2], i: usize| _mm_maddubs_epi16(x.abs[i], _mm_sign_epi8(w[i], x.sign[i]));
-    let v = w.map(|w| _mm_add_epi16(half(w, 0), half(w, 1)));
+    let half = |q: [__m128i; 2], i: usize| _mm_maddubs_epi16(q[i], x.x[i]);
+    let v = w.map(|q| _mm_add_epi16(half(q, 0), half(q, 1)));
     let h = _mm_hadd_epi16(_mm_hadd_epi16(v[0], v[1]), _mm_hadd_epi16(v[2], v[3]));
-    _mm_madd_epi16(h, _mm_set1_epi16(1))
+    _mm_sub_epi32(_mm_madd_epi16(h, _mm_set1_epi16(1)), _mm_set1_epi32(8 * xsum))
 }
 
 /// [Σa, Σb, Σc, Σd] of four vectors of four int32.

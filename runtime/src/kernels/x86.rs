@@ -68,12 +68,25 @@ pub(crate) fn scale_fma1(sum: f32, sumi: i32, dw: f32, dx: f32) -> f32 {
 }
 
 /// `group_dot` as `hsum4` of the four rows' `block_dot`s, for a tier with
-/// no cheaper sum of a row group's blocks.
+/// no cheaper sum of a row group's blocks: its group weights are `load_w`'s
+/// and it needs no activation block sums.
 macro_rules! group_dot_by_block_dots {
     ($features:literal, $w:ty, $x:ty) => {
+        const Q4_NIBBLE_GROUPS: bool = false;
+
+        /// # Safety
+        ///
+        /// As `load_w`.
         #[target_feature(enable = $features)]
         #[inline]
-        fn group_dot<const Q4: bool>(w: [$w; 4], x: &$x) -> __m128i {
+        unsafe fn load_group_w<const Q4: bool>(p: *const u8) -> $w {
+            // SAFETY: the caller's contract is load_w's.
+            unsafe { load_w::<Q4>(p) }
+        }
+
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn group_dot<const Q4: bool>(w: [$w; 4], x: &$x, _xsum: i32) -> __m128i {
             hsum4(
                 block_dot(w[0], x),
                 block_dot(w[1], x),
@@ -84,6 +97,32 @@ macro_rules! group_dot_by_block_dots {
     };
 }
 
+/// Activation blocks a stack buffer holds for `block_sums` (K up to 8192
+/// in a matvec); more go to the heap.
+pub(crate) const STACK_BLOCK_SUMS: usize = 256;
+
+/// Σ of each of the first `blocks` QK-quant blocks of `q`: what a tier
+/// whose Q4_0 group dot multiplies the unsigned nibbles q subtracts,
+/// 8·Σx, to get Σ(q − 8)·x. Kept in `stack` when it fits, else in `heap`.
+pub(crate) fn block_sums<'a>(
+    q: &[i8],
+    blocks: usize,
+    stack: &'a mut [i32; STACK_BLOCK_SUMS],
+    heap: &'a mut Vec<i32>,
+) -> &'a [i32] {
+    use crate::core::quant::QK;
+    let sums = if blocks <= STACK_BLOCK_SUMS {
+        &mut stack[..blocks]
+    } else {
+        heap.resize(blocks, 0);
+        &mut heap[..]
+    };
+    for (s, block) in sums.iter_mut().zip(q.chunks_exact(QK)) {
+        *s = block.iter().map(|&v| i32::from(v)).sum();
+    }
+    sums
+}
+
 /// The `unsafe fn matvec<const Q4: bool>(y, wq, wd, x, nb, stride, r0, r1)`
 /// that `matvec_entry_points!` calls, for a tier that names in scope:
 ///
@@ -92,9 +131,13 @@ macro_rules! group_dot_by_block_dots {
 /// * `unsafe fn load_w::<Q4>(p: *const u8) -> W`: one weight block as 32
 ///   int8 (Q4: nibbles unpacked and re-centred);
 /// * `fn block_dot(w: W, x: &X) -> V`: int32 partial sums of one block;
-/// * `fn group_dot::<Q4>([W; 4], &X) -> __m128i`: four rows' block sums
-///   (`group_dot_by_block_dots!` for `hsum4` of four `block_dot`s; a tier
-///   may sum a Q4 block more cheaply, its sums being the same integers);
+/// * `fn group_dot::<Q4>([G; 4], &X, xsum: i32) -> __m128i`: four rows'
+///   block sums, of weights loaded by `unsafe fn load_group_w::<Q4>(p) ->
+///   G` (`group_dot_by_block_dots!`: `hsum4` of four `block_dot`s of
+///   `load_w`'s blocks). A tier may sum a Q4 block more cheaply, its sums
+///   being the same integers: with `const Q4_NIBBLE_GROUPS: bool = true`
+///   its Q4 group weights are the unsigned nibbles q and `xsum` is the
+///   activation block's Σx (`block_sums`), so Σ(q − 8)·x = Σq·x − 8·Σx;
 /// * `fn hsum1(V) -> i32`: one row's block sum;
 /// * `scale4`/`scale1`: the scale step, `scale_exact*` or `scale_fma*`.
 ///
@@ -123,17 +166,21 @@ macro_rules! matvec_by_row_groups {
             use crate::core::quant::{Q4_BLOCK_BYTES, QK};
             let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
             let (xq, xd) = (x.q.as_ptr(), x.d.as_ptr());
+            let (mut stack, mut heap) = ([0; super::x86::STACK_BLOCK_SUMS], Vec::new());
+            let nibbles = Q4 && Q4_NIBBLE_GROUPS;
+            let xsums = super::x86::block_sums(x.q, if nibbles { nb } else { 0 }, &mut stack, &mut heap);
             let mut r = r0;
             while r + 4 <= r1 {
                 let mut acc = _mm_setzero_ps();
                 for b in 0..nb {
                     super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
+                    let xsum = if nibbles { xsums[b] } else { 0 };
                     // SAFETY: check_matvec bounded rows r..r+4 (r + 4 ≤ r1),
                     // their block b and its scales, and activation block b.
                     let (sumi, dw, dx) = unsafe {
                         let xb = load_x(xq.add(b * QK));
-                        let w = |j: usize| load_w::<Q4>(wq.add((r + j) * stride + b * bb));
-                        let sumi = group_dot::<Q4>([w(0), w(1), w(2), w(3)], &xb);
+                        let w = |j: usize| load_group_w::<Q4>(wq.add((r + j) * stride + b * bb));
+                        let sumi = group_dot::<Q4>([w(0), w(1), w(2), w(3)], &xb, xsum);
                         (sumi, super::x86::row_scales(wd, r, nb, b), *xd.add(b))
                     };
                     acc = scale4(acc, sumi, dw, dx);
@@ -341,6 +388,9 @@ macro_rules! matmul_by_row_groups {
             r1: usize,
         ) {
             let n = x.n;
+            let (mut stack, mut heap) = ([0; super::x86::STACK_BLOCK_SUMS], Vec::new());
+            let blocks = if Q4 && Q4_NIBBLE_GROUPS { n * nb } else { 0 };
+            let xsums = super::x86::block_sums(x.q, blocks, &mut stack, &mut heap);
             let mut r = r0;
             while r + 4 <= r1 {
                 let mut t = 0;
@@ -350,10 +400,10 @@ macro_rules! matmul_by_row_groups {
                     // check_matvec bounded for every token.
                     t += unsafe {
                         match n - t {
-                            1 => group_tile::<Q4, 1>(ys, wq, wd, x, t, nb, stride, r, r - r0),
-                            2 => group_tile::<Q4, 2>(ys, wq, wd, x, t, nb, stride, r, r - r0),
-                            3 => group_tile::<Q4, 3>(ys, wq, wd, x, t, nb, stride, r, r - r0),
-                            _ => group_tile::<Q4, TOKENS>(ys, wq, wd, x, t, nb, stride, r, r - r0),
+                            1 => group_tile::<Q4, 1>(ys, wq, wd, x, xsums, t, nb, stride, r, r - r0),
+                            2 => group_tile::<Q4, 2>(ys, wq, wd, x, xsums, t, nb, stride, r, r - r0),
+                            3 => group_tile::<Q4, 3>(ys, wq, wd, x, xsums, t, nb, stride, r, r - r0),
+                            _ => group_tile::<Q4, TOKENS>(ys, wq, wd, x, xsums, t, nb, stride, r, r - r0),
                         }
                     };
                 }
@@ -380,7 +430,9 @@ macro_rules! matmul_by_row_groups {
         }
 
         /// Rows r..r+4 for tokens t0..t0+T of `x` (the first T of `y`),
-        /// written at `out` in each token's output. Returns T.
+        /// written at `out` in each token's output; `xsums` is empty or
+        /// holds every token's `block_sums` (token t's block b at
+        /// t·nb + b). Returns T.
         ///
         /// # Safety
         ///
@@ -394,6 +446,7 @@ macro_rules! matmul_by_row_groups {
             wq: *const u8,
             wd: *const f32,
             x: &crate::core::tensor::QActs,
+            xsums: &[i32],
             t0: usize,
             nb: usize,
             stride: usize,
@@ -417,14 +470,19 @@ macro_rules! matmul_by_row_groups {
                 // each token's activation block b are in bounds (the
                 // caller's contract).
                 unsafe {
-                    let w0 = load_w::<Q4>(wq.add(r * stride + b * bb));
-                    let w1 = load_w::<Q4>(wq.add((r + 1) * stride + b * bb));
-                    let w2 = load_w::<Q4>(wq.add((r + 2) * stride + b * bb));
-                    let w3 = load_w::<Q4>(wq.add((r + 3) * stride + b * bb));
+                    let w0 = load_group_w::<Q4>(wq.add(r * stride + b * bb));
+                    let w1 = load_group_w::<Q4>(wq.add((r + 1) * stride + b * bb));
+                    let w2 = load_group_w::<Q4>(wq.add((r + 2) * stride + b * bb));
+                    let w3 = load_group_w::<Q4>(wq.add((r + 3) * stride + b * bb));
                     let dw = super::x86::row_scales(wd, r, nb, b);
                     for t in 0..T {
                         let xb = load_x(xq[t].add(b * QK));
-                        let sumi = group_dot::<Q4>([w0, w1, w2, w3], &xb);
+                        let xsum = if Q4 && Q4_NIBBLE_GROUPS {
+                            xsums[(t0 + t) * xnb + b]
+                        } else {
+                            0
+                        };
+                        let sumi = group_dot::<Q4>([w0, w1, w2, w3], &xb, xsum);
                         acc[t] = scale4(acc[t], sumi, dw, *xd[t].add(b));
                     }
                 }
