@@ -540,9 +540,10 @@ fn matvec_q4_single_block_exact() {
 fn matvec_extreme_products() {
     guard::guard();
     // Every product at ±127² (Q8) or −8·±127 (Q4): the int16 pair sums of
-    // pmaddubsw are at their largest, 2·127² = 32258, and so are the Q4
-    // int16 sums of sse41's and avx2's `group_dot` (16·1016 = 16256). The
-    // matmul too, over a tile of 4 tokens and a rest.
+    // pmaddubsw are at their largest, 2·127² = 32258. Q4's 0xFF bytes at
+    // −127 do the same for the int16 sums of sse41's and avx2's
+    // `group_dot`, which multiply the unsigned nibbles (16·15·127 = 30480
+    // on sse41). The matmul too, over a tile of 4 tokens and a rest.
     for (wq, xq, want) in [
         (127i8, -127i8, -516_128.0f32),
         (127, 127, 516_128.0),
