@@ -3,8 +3,9 @@
 //!
 //! Integer dot (DESIGN.md §5): the SSE4.1 strategy at 256 bits, one whole block
 //! per register: vpabsb on the activation, vpsignb moves its sign onto the
-//! weight, vpmaddubsw, then vpmaddwd with ones to int32. Per-block int32 sums
-//! are exact; their scaling is accumulated with FMA, so matvec results differ
+//! weight, vpmaddubsw, then vpmaddwd with ones to int32 (Q4_0 four-row
+//! groups multiply the unsigned nibbles instead and take 8·Σx off, as
+//! SSE4.1's do). Per-block int32 sums are exact; their scaling is accumulated with FMA, so matvec results differ
 //! from the scalar kernel by rounding only (DESIGN.md §7: ≤ 1e-5 relative).
 //!
 //! FMA is used only where it is a pure accuracy/speed gain: the matvec scale

@@ -7,7 +7,9 @@
 //! the activation is made unsigned with pabsb and its sign moved onto the
 //! weight with psignb: |x|·sign(x)·w = x·w. Pair sums stay below int16's
 //! limit because quants are clamped to ±127 (2·127² = 32258). pmaddwd with
-//! ones then widens to int32.
+//! ones then widens to int32. Q4_0 four-row groups skip the sign transfer:
+//! the unsigned nibbles are pmaddubsw's unsigned operand and 8·Σx comes off
+//! the sums (`group_dot`), the same integers.
 //!
 //! The matvecs perform the scalar kernel's float operations in its order, so
 //! their results are bit-identical to the reference, and so are the
