@@ -8,6 +8,12 @@
 //! SSE4.1's do). Per-block int32 sums are exact; their scaling is accumulated with FMA, so matvec results differ
 //! from the scalar kernel by rounding only (DESIGN.md §7: ≤ 1e-5 relative).
 //!
+//! The matmul runs eight tokens at a time in token lanes (`matmul_lanes`):
+//! one int32 lane per token, the activations transposed once per call and
+//! each row's four weights broadcast from memory, so a block's sums need
+//! no horizontal adds; the same integers and float steps as the matvec,
+//! lane by lane, so every output keeps the matvec's bits.
+//!
 //! FMA is used only where it is a pure accuracy/speed gain: the matvec scale
 //! accumulation, the dot/rmsnorm reductions and the exp polynomial. The
 //! elementwise kernels (quantize_q8, rope, add, axpy_f32) keep the scalar
@@ -26,7 +32,7 @@ pub const REQUIRED_FEATURES: &[&str] = &["sse2", "sse3", "ssse3", "sse4_1", "sse
 // Integer path: matvec_q8, matvec_q4
 
 matvec_entry_points!();
-tiled_matmul_entry_points!(matmul_rows);
+tiled_matmul_entry_points!(matmul_lanes);
 
 /// One weight block as 32 int8; Q4 nibbles unpacked (low nibbles are
 /// elements 0–15, high nibbles 16–31) and re-centred. Shared with the
@@ -157,6 +163,273 @@ pub(super) fn hsum1(v: __m256i) -> i32 {
 pub(super) use super::x86::{scale_fma1 as scale1, scale_fma4 as scale4};
 matvec_by_row_groups!("avx2,fma");
 matmul_by_row_groups!("avx2,fma");
+
+// ---------------------------------------------------------------------------
+// Token lanes: the matmul with one token per int32 lane
+
+/// Tokens a lane group holds: one per int32 lane of a ymm.
+const LANES: usize = 8;
+
+/// A lane group's activations, transposed so that one 32-byte load gives
+/// the same four quants (k..k+4) of each of its eight tokens, lane t for
+/// token t: `x[b][c]` holds block b's quants 4c..4c+4 and `abs` their
+/// magnitudes (Q8_0), `dx[b]` the eight tokens' scales of block b and
+/// `x8sum[b]` their 8·Σx of block b (Q4_0).
+struct LaneActs<'a> {
+    x: &'a [[__m256i; 8]],
+    abs: &'a [[__m256i; 8]],
+    dx: &'a [__m256],
+    x8sum: &'a [__m256i],
+}
+
+/// Vectors of `LaneActs` the stack holds for one matmul call (64 KiB):
+/// Q8_0 needs 17 a block and token group, Q4_0 10, so at SmolLM2's widest
+/// K (1536) two groups (Q8_0) or four (Q4_0) go per pass over the rows.
+const LANE_STACK: usize = 2048;
+
+/// Lane groups a pass over the rows takes at most: 128 tokens, `--batch`'s
+/// largest.
+const PASS_GROUPS: usize = 16;
+
+/// Vectors one lane group's `LaneActs` take for `nb` blocks.
+const fn lane_vectors<const Q4: bool>(nb: usize) -> usize {
+    if Q4 {
+        10 * nb
+    } else {
+        17 * nb
+    }
+}
+
+/// Transposes tokens t0..t0+8 of `x` into `slots` (`lane_vectors` long)
+/// and returns the view (`LaneActs`).
+///
+/// # Safety
+///
+/// The CPU has AVX2 and x holds tokens t0..t0+8.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn lane_acts<'a, const Q4: bool>(
+    x: &crate::core::tensor::QActs,
+    t0: usize,
+    slots: &'a mut [std::mem::MaybeUninit<__m256i>],
+) -> LaneActs<'a> {
+    use crate::core::quant::QK;
+    let nb = x.cols / QK;
+    let tokens: [crate::core::tensor::QAct; LANES] = std::array::from_fn(|t| x.token(t0 + t));
+    let (xs, rest) = slots.split_at_mut(8 * nb);
+    let (abs, rest) = rest.split_at_mut(if Q4 { 0 } else { 8 * nb });
+    let (dx, x8sum) = rest.split_at_mut(nb);
+    for b in 0..nb {
+        for c in 0..8 {
+            let quad = |t: usize| {
+                let q = &tokens[t].q[b * QK + 4 * c..b * QK + 4 * c + 4];
+                i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
+            };
+            let v = _mm256_setr_epi32(quad(0), quad(1), quad(2), quad(3), quad(4), quad(5), quad(6), quad(7));
+            xs[b * 8 + c].write(v);
+            if !Q4 {
+                abs[b * 8 + c].write(_mm256_abs_epi8(v));
+            }
+        }
+        let d = |t: usize| tokens[t].d[b];
+        dx[b].write(_mm256_castps_si256(_mm256_setr_ps(
+            d(0),
+            d(1),
+            d(2),
+            d(3),
+            d(4),
+            d(5),
+            d(6),
+            d(7),
+        )));
+        if Q4 {
+            let s = |t: usize| {
+                8 * tokens[t].q[b * QK..(b + 1) * QK]
+                    .iter()
+                    .map(|&v| i32::from(v))
+                    .sum::<i32>()
+            };
+            x8sum[b].write(_mm256_setr_epi32(s(0), s(1), s(2), s(3), s(4), s(5), s(6), s(7)));
+        }
+    }
+    // SAFETY: every slot of the four parts was written above;
+    // MaybeUninit<T> has T's layout, and __m256 __m256i's.
+    unsafe {
+        let eights = |s: &[std::mem::MaybeUninit<__m256i>]| {
+            std::slice::from_raw_parts(s.as_ptr().cast::<[__m256i; 8]>(), s.len() / 8)
+        };
+        LaneActs {
+            x: eights(xs),
+            abs: eights(abs),
+            dx: std::slice::from_raw_parts(dx.as_ptr().cast::<__m256>(), dx.len()),
+            x8sum: std::slice::from_raw_parts(x8sum.as_ptr().cast::<__m256i>(), x8sum.len()),
+        }
+    }
+}
+
+/// `matmul_rows` with whole lane groups of tokens taken out: each group of
+/// eight tokens goes through `lane_group_rows` for rows r0.. in fours, its
+/// rows after the last four through `matmul_rows` (the matvec's row
+/// loop), and the tokens after the last whole group through `matmul_rows`,
+/// as does everything when one group's `LaneActs` outgrow `LANE_STACK`.
+/// Every output is the matvec's: the same exact int32 sum per block and
+/// the same float steps in block order (`scale4`'s, lane by lane).
+///
+/// # Safety
+///
+/// As `matmul_rows`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn matmul_lanes<const Q4: bool>(
+    y: &mut [&mut [f32]],
+    wq: *const u8,
+    wd: *const f32,
+    x: &crate::core::tensor::QActs,
+    nb: usize,
+    stride: usize,
+    r0: usize,
+    r1: usize,
+) {
+    let per_group = lane_vectors::<Q4>(nb);
+    let fit = (LANE_STACK / per_group).min(PASS_GROUPS);
+    let groups = x.n / LANES;
+    let rows4 = r0 + (r1 - r0) / 4 * 4;
+    if groups == 0 || rows4 == r0 || fit == 0 {
+        // SAFETY: the caller's contract is matmul_rows's.
+        return unsafe { matmul_rows::<Q4>(y, wq, wd, x, nb, stride, r0, r1) };
+    }
+    let mut stack = [std::mem::MaybeUninit::<__m256i>::uninit(); LANE_STACK];
+    let mut first = 0;
+    while first < groups {
+        let pass = fit.min(groups - first);
+        let mut acts: [Option<LaneActs>; PASS_GROUPS] = Default::default();
+        for (g, slots) in stack.chunks_exact_mut(per_group).take(pass).enumerate() {
+            // SAFETY: AVX2 (the caller's contract); the pass's tokens exist.
+            acts[g] = Some(unsafe { lane_acts::<Q4>(x, (first + g) * LANES, slots) });
+        }
+        let ys = &mut y[first * LANES..(first + pass) * LANES];
+        let mut r = r0;
+        while r < rows4 {
+            for (a, yg) in acts.iter().flatten().zip(ys.chunks_exact_mut(LANES)) {
+                // SAFETY: rows r..r+4 lie in [r0, r1), bounded for every
+                // token by the caller's contract; yg holds eight tokens.
+                unsafe { lane_group_rows::<Q4>(yg, wq, wd, a, nb, stride, r, r - r0) };
+            }
+            r += 4;
+        }
+        first += pass;
+    }
+    let whole = groups * LANES;
+    let nbx = x.cols / crate::core::quant::QK;
+    if rows4 < r1 {
+        for (t, yt) in y[..whole].iter_mut().enumerate() {
+            // SAFETY: rows rows4..r1 are within what the caller's contract
+            // bounded for this token; yt holds r1 − r0 outputs.
+            unsafe {
+                matvec::<Q4>(
+                    yt.as_mut_ptr().add(rows4 - r0),
+                    wq,
+                    wd,
+                    &x.token(t),
+                    nb,
+                    stride,
+                    rows4,
+                    r1,
+                )
+            };
+        }
+    }
+    if whole < x.n {
+        let xs = crate::core::tensor::QActs {
+            q: &x.q[whole * x.cols..],
+            d: &x.d[whole * nbx..],
+            cols: x.cols,
+            n: x.n - whole,
+        };
+        // SAFETY: the remaining tokens, all rows, as the caller's contract.
+        unsafe { matmul_rows::<Q4>(&mut y[whole..], wq, wd, &xs, nb, stride, r0, r1) };
+    }
+}
+
+/// Rows r..r+4 for one lane group's eight tokens, written at `out` in
+/// each token's output. Per block and row an int32 lane per token: Q8_0
+/// as `block_dot` (vpsignb moves x's sign onto the weight, vpmaddubsw
+/// with |x|, vpmaddwd to int32), the row's four weights broadcast to every
+/// lane; Q4_0 as `group_dot`, nibbles times x summed in int16 over the
+/// block (eight terms of at most 2·15·127: 30480), widened once, less 8·Σx.
+///
+/// # Safety
+///
+/// As `matmul_rows`, rows r..r+4 in bounds, y holding eight tokens with
+/// out + 4 outputs each.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn lane_group_rows<const Q4: bool>(
+    y: &mut [&mut [f32]],
+    wq: *const u8,
+    wd: *const f32,
+    a: &LaneActs,
+    nb: usize,
+    stride: usize,
+    r: usize,
+    out: usize,
+) {
+    use crate::core::quant::{Q4_BLOCK_BYTES, QK};
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+    let ones = _mm256_set1_epi16(1);
+    let low4 = _mm256_set1_epi8(0x0F);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for b in 0..nb {
+        super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
+        // SAFETY: four bytes at 4i of block b of rows r..r+4 are in
+        // bounds (the caller's contract), as are a's blocks.
+        let quads = |j: usize, i: usize| unsafe {
+            _mm256_set1_epi32(wq.add((r + j) * stride + b * bb + 4 * i).cast::<i32>().read_unaligned())
+        };
+        let mut sumi = [_mm256_setzero_si256(); 4];
+        let xs = &a.x[b];
+        if Q4 {
+            for i in 0..4 {
+                let (xl, xh) = (xs[i], xs[4 + i]);
+                for (j, s) in sumi.iter_mut().enumerate() {
+                    let raw = quads(j, i);
+                    let lo = _mm256_and_si256(raw, low4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+                    let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
+                    *s = _mm256_add_epi16(*s, pairs);
+                }
+            }
+            let x8sum = a.x8sum[b];
+            for s in &mut sumi {
+                *s = _mm256_sub_epi32(_mm256_madd_epi16(*s, ones), x8sum);
+            }
+        } else {
+            let abs = &a.abs[b];
+            for (j, s) in sumi.iter_mut().enumerate() {
+                for c in 0..8 {
+                    let pairs = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(quads(j, c), xs[c]));
+                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(pairs, ones));
+                }
+            }
+        }
+        let dx = a.dx[b];
+        for (j, f) in acc.iter_mut().enumerate() {
+            // SAFETY: row r+j's scale of block b is in bounds.
+            let dw = unsafe { _mm256_set1_ps(*wd.add((r + j) * nb + b)) };
+            *f = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi[j]), dw), dx, *f);
+        }
+    }
+    let mut lanes = [[0.0f32; LANES]; 4];
+    for (j, f) in acc.iter().enumerate() {
+        // SAFETY: lanes[j] holds eight floats.
+        unsafe { _mm256_storeu_ps(lanes[j].as_mut_ptr(), *f) };
+    }
+    for (t, yt) in y.iter_mut().enumerate() {
+        for (j, row) in lanes.iter().enumerate() {
+            yt[out + j] = row[t];
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------
 // quantize_q8

@@ -543,7 +543,9 @@ fn matvec_extreme_products() {
     // pmaddubsw are at their largest, 2·127² = 32258. Q4's 0xFF bytes at
     // −127 do the same for the int16 sums of sse41's and avx2's
     // `group_dot`, which multiply the unsigned nibbles (16·15·127 = 30480
-    // on sse41). The matmul too, over a tile of 4 tokens and a rest.
+    // on sse41, and avx2's token lanes: 8·2·15·127). The matmul too, over
+    // 10 tokens: avx2's lane group of 8, the other x86 tiers' tiles of 4,
+    // and a rest of 2.
     for (wq, xq, want) in [
         (127i8, -127i8, -516_128.0f32),
         (127, 127, 516_128.0),
@@ -563,7 +565,7 @@ fn matvec_extreme_products() {
         let mut y = vec![0.0; 5];
         kernels::matvec_q8(&mut y, &w.view(), &x.view(), 0, 5);
         assert_eq!(y, vec![2.0 * want; 5], "q8 {wq}·{xq}");
-        assert_eq!(matmul_of_copies(&w, &x, 6), vec![y; 6], "q8 matmul {wq}·{xq}");
+        assert_eq!(matmul_of_copies(&w, &x, 10), vec![y; 10], "q8 matmul {wq}·{xq}");
     }
     for (byte, xq, want) in [
         (0x00u8, 127i8, -8 * 127 * 32),
@@ -584,12 +586,11 @@ fn matvec_extreme_products() {
         let mut y = vec![0.0; 5];
         kernels::matvec_q4(&mut y, &w.view(), &x.view(), 0, 5);
         assert_eq!(y, vec![2.0 * want as f32; 5], "q4 {byte:#x}·{xq}");
-        assert_eq!(matmul_of_copies(&w, &x, 6), vec![y; 6], "q4 matmul {byte:#x}·{xq}");
+        assert_eq!(matmul_of_copies(&w, &x, 10), vec![y; 10], "q4 matmul {byte:#x}·{xq}");
     }
 }
 
-/// The matmul over `tokens` copies of `x` (6: a full tile of 4 and a rest
-/// of 2 on the x86 tiers), one output row per token.
+/// The matmul over `tokens` copies of `x`, one output row per token.
 fn matmul_of_copies(w: &Matrix, x: &Act, tokens: usize) -> Vec<Vec<f32>> {
     let (q, d) = (x.q.repeat(tokens), x.d.repeat(tokens));
     let acts = QActs {
