@@ -167,14 +167,30 @@ matmul_by_row_groups!("avx2,fma");
 // ---------------------------------------------------------------------------
 // Token lanes: the matmul with one token per int32 lane
 
-/// Tokens a lane group holds: one per int32 lane of a ymm.
+// `tiled_matmul_entry_points!(matmul_lanes)`: one int32 lane per token,
+// so a block's sums for a row and eight tokens come out of the multiplies
+// lane by lane, with no horizontal adds. Each group of eight tokens is
+// transposed once per call (`lane_acts`, on the stack) and run over the
+// rows in fours (`lane_group_rows`), a row's four weights broadcast to
+// every lane by the load itself (vpbroadcastd); the group's rows after the
+// last four go through the matvec, and the tokens after the last whole
+// group through `matmul_rows`'s tiles, as does everything when one group's
+// activations outgrow the stack buffer (K above 3840 for Q8_0, 6528 for
+// Q4_0). Each lane gets the matvec's exact block sums and float steps for
+// its token, so every output keeps the matvec's bits.
+//
+// Only this tier: SSE4.1 has no broadcast load, and its movd + pshufd per
+// row and four weights cost what the horizontal adds saved (four token
+// lanes measured no faster than its `matmul_rows` tiles).
+
+/// Tokens a lane group holds: one per int32 lane.
 const LANES: usize = 8;
 
-/// A lane group's activations, transposed so that one 32-byte load gives
-/// the same four quants (k..k+4) of each of its eight tokens, lane t for
-/// token t: `x[b][c]` holds block b's quants 4c..4c+4 and `abs` their
-/// magnitudes (Q8_0), `dx[b]` the eight tokens' scales of block b and
-/// `x8sum[b]` their 8·Σx of block b (Q4_0).
+/// A lane group's activations, transposed so that one load gives
+/// the same four quants (k..k+4) of each of its tokens, lane t for
+/// token t: `x[b][c]` holds block b's quants 4c..4c+4 and `abs`
+/// their magnitudes (Q8_0), `dx[b]` the tokens' scales of block b
+/// and `x8sum[b]` their 8·Σx of block b (Q4_0).
 struct LaneActs<'a> {
     x: &'a [[__m256i; 8]],
     abs: &'a [[__m256i; 8]],
@@ -182,16 +198,15 @@ struct LaneActs<'a> {
     x8sum: &'a [__m256i],
 }
 
-/// Vectors of `LaneActs` the stack holds for one matmul call (64 KiB):
-/// Q8_0 needs 17 a block and token group, Q4_0 10, so at SmolLM2's widest
-/// K (1536) two groups (Q8_0) or four (Q4_0) go per pass over the rows.
-const LANE_STACK: usize = 2048;
+/// Vectors of `LaneActs` the stack holds for one matmul call: 64 KiB.
+const LANE_STACK: usize = 65536 / std::mem::size_of::<__m256i>();
 
-/// Lane groups a pass over the rows takes at most: 128 tokens, `--batch`'s
-/// largest.
-const PASS_GROUPS: usize = 16;
+/// Lane groups a pass over the rows takes at most: 128 tokens,
+/// `--batch`'s largest.
+const PASS_GROUPS: usize = 128 / LANES;
 
-/// Vectors one lane group's `LaneActs` take for `nb` blocks.
+/// Vectors one lane group's `LaneActs` take for `nb` blocks: Q8_0
+/// 17 a block, Q4_0 10.
 const fn lane_vectors<const Q4: bool>(nb: usize) -> usize {
     if Q4 {
         10 * nb
@@ -200,12 +215,12 @@ const fn lane_vectors<const Q4: bool>(nb: usize) -> usize {
     }
 }
 
-/// Transposes tokens t0..t0+8 of `x` into `slots` (`lane_vectors` long)
-/// and returns the view (`LaneActs`).
+/// Transposes tokens t0..t0+LANES of `x` into `slots`
+/// (`lane_vectors` long) and returns the view (`LaneActs`).
 ///
 /// # Safety
 ///
-/// The CPU has AVX2 and x holds tokens t0..t0+8.
+/// The CPU has AVX2 and x holds tokens t0..t0+LANES.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn lane_acts<'a, const Q4: bool>(
     x: &crate::core::tensor::QActs,
@@ -218,37 +233,28 @@ unsafe fn lane_acts<'a, const Q4: bool>(
     let (xs, rest) = slots.split_at_mut(8 * nb);
     let (abs, rest) = rest.split_at_mut(if Q4 { 0 } else { 8 * nb });
     let (dx, x8sum) = rest.split_at_mut(nb);
+    // SAFETY: a LANES-long i32 array is one vector.
+    let lanes = |v: [i32; LANES]| unsafe { _mm256_loadu_si256(v.as_ptr().cast()) };
     for b in 0..nb {
         for c in 0..8 {
-            let quad = |t: usize| {
+            let v = lanes(std::array::from_fn(|t| {
                 let q = &tokens[t].q[b * QK + 4 * c..b * QK + 4 * c + 4];
                 i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
-            };
-            let v = _mm256_setr_epi32(quad(0), quad(1), quad(2), quad(3), quad(4), quad(5), quad(6), quad(7));
+            }));
             xs[b * 8 + c].write(v);
             if !Q4 {
                 abs[b * 8 + c].write(_mm256_abs_epi8(v));
             }
         }
-        let d = |t: usize| tokens[t].d[b];
-        dx[b].write(_mm256_castps_si256(_mm256_setr_ps(
-            d(0),
-            d(1),
-            d(2),
-            d(3),
-            d(4),
-            d(5),
-            d(6),
-            d(7),
-        )));
+        // The scales' bits, read back as floats through `LaneActs`.
+        dx[b].write(lanes(std::array::from_fn(|t| tokens[t].d[b].to_bits() as i32)));
         if Q4 {
-            let s = |t: usize| {
+            x8sum[b].write(lanes(std::array::from_fn(|t| {
                 8 * tokens[t].q[b * QK..(b + 1) * QK]
                     .iter()
                     .map(|&v| i32::from(v))
                     .sum::<i32>()
-            };
-            x8sum[b].write(_mm256_setr_epi32(s(0), s(1), s(2), s(3), s(4), s(5), s(6), s(7)));
+            })));
         }
     }
     // SAFETY: every slot of the four parts was written above;
@@ -266,13 +272,7 @@ unsafe fn lane_acts<'a, const Q4: bool>(
     }
 }
 
-/// `matmul_rows` with whole lane groups of tokens taken out: each group of
-/// eight tokens goes through `lane_group_rows` for rows r0.. in fours, its
-/// rows after the last four through `matmul_rows` (the matvec's row
-/// loop), and the tokens after the last whole group through `matmul_rows`,
-/// as does everything when one group's `LaneActs` outgrow `LANE_STACK`.
-/// Every output is the matvec's: the same exact int32 sum per block and
-/// the same float steps in block order (`scale4`'s, lane by lane).
+/// The matmul's driver (see above).
 ///
 /// # Safety
 ///
@@ -303,7 +303,8 @@ unsafe fn matmul_lanes<const Q4: bool>(
         let pass = fit.min(groups - first);
         let mut acts: [Option<LaneActs>; PASS_GROUPS] = Default::default();
         for (g, slots) in stack.chunks_exact_mut(per_group).take(pass).enumerate() {
-            // SAFETY: AVX2 (the caller's contract); the pass's tokens exist.
+            // SAFETY: AVX2 (the caller's contract); the pass's tokens
+            // exist.
             acts[g] = Some(unsafe { lane_acts::<Q4>(x, (first + g) * LANES, slots) });
         }
         let ys = &mut y[first * LANES..(first + pass) * LANES];
@@ -319,11 +320,11 @@ unsafe fn matmul_lanes<const Q4: bool>(
         first += pass;
     }
     let whole = groups * LANES;
-    let nbx = x.cols / crate::core::quant::QK;
     if rows4 < r1 {
         for (t, yt) in y[..whole].iter_mut().enumerate() {
-            // SAFETY: rows rows4..r1 are within what the caller's contract
-            // bounded for this token; yt holds r1 − r0 outputs.
+            // SAFETY: rows rows4..r1 are within what the caller's
+            // contract bounded for this token; yt holds r1 − r0
+            // outputs.
             unsafe {
                 matvec::<Q4>(
                     yt.as_mut_ptr().add(rows4 - r0),
@@ -339,14 +340,16 @@ unsafe fn matmul_lanes<const Q4: bool>(
         }
     }
     if whole < x.n {
-        let xs = crate::core::tensor::QActs {
+        let nbx = x.cols / crate::core::quant::QK;
+        let rest = crate::core::tensor::QActs {
             q: &x.q[whole * x.cols..],
             d: &x.d[whole * nbx..],
             cols: x.cols,
             n: x.n - whole,
         };
-        // SAFETY: the remaining tokens, all rows, as the caller's contract.
-        unsafe { matmul_rows::<Q4>(&mut y[whole..], wq, wd, &xs, nb, stride, r0, r1) };
+        // SAFETY: the remaining tokens, all rows, as the caller's
+        // contract.
+        unsafe { matmul_rows::<Q4>(&mut y[whole..], wq, wd, &rest, nb, stride, r0, r1) };
     }
 }
 
