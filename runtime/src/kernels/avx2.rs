@@ -381,8 +381,8 @@ unsafe fn lane_group_rows<const Q4: bool>(
     let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
     let ones = _mm256_set1_epi16(1);
     let low4 = _mm256_set1_epi8(0x0F);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for b in 0..nb {
+    // One block's four rows of int32 lane sums.
+    let block = |b: usize| {
         super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
         // SAFETY: four bytes at 4i of block b of rows r..r+4 are in
         // bounds (the caller's contract), as are a's blocks.
@@ -408,19 +408,41 @@ unsafe fn lane_group_rows<const Q4: bool>(
             }
         } else {
             let abs = &a.abs[b];
+            let unit = |j: usize, c: usize| {
+                let pairs = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(quads(j, c), xs[c]));
+                _mm256_madd_epi16(pairs, ones)
+            };
             for (j, s) in sumi.iter_mut().enumerate() {
-                for c in 0..8 {
-                    let pairs = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(quads(j, c), xs[c]));
-                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(pairs, ones));
+                let (mut even, mut odd) = (unit(j, 0), unit(j, 1));
+                for c in (2..8).step_by(2) {
+                    even = _mm256_add_epi32(even, unit(j, c));
+                    odd = _mm256_add_epi32(odd, unit(j, c + 1));
                 }
+                *s = _mm256_add_epi32(even, odd);
             }
         }
+        sumi
+    };
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut scale = |b: usize, sumi: [__m256i; 4]| {
         let dx = a.dx[b];
         for (j, f) in acc.iter_mut().enumerate() {
             // SAFETY: row r+j's scale of block b is in bounds.
             let dw = unsafe { _mm256_set1_ps(*wd.add((r + j) * nb + b)) };
             *f = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi[j]), dw), dx, *f);
         }
+    };
+    // Q4_0 blocks go in pairs, for the scheduler's sake (6% faster in
+    // cache); Q8_0's eight sums would spill (17% slower).
+    let mut b = 0;
+    while Q4 && b + 2 <= nb {
+        let (s0, s1) = (block(b), block(b + 1));
+        scale(b, s0);
+        scale(b + 1, s1);
+        b += 2;
+    }
+    for b in b..nb {
+        scale(b, block(b));
     }
     let mut lanes = [[0.0f32; LANES]; 4];
     for (j, f) in acc.iter().enumerate() {
