@@ -3,9 +3,9 @@
 //! against a saved baseline:
 //!
 //! ```sh
-//! cargo bench -p runtime --features isa-avx2 --bench matvec -- --save-baseline before
+//! cargo bench -p kernel-bench --features isa-avx2 --bench matvec -- --save-baseline before
 //! # change something
-//! cargo bench -p runtime --features isa-avx2 --bench matvec -- --baseline before
+//! cargo bench -p kernel-bench --features isa-avx2 --bench matvec -- --baseline before
 //! ```
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
