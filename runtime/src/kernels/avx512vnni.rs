@@ -17,7 +17,9 @@
 //! per four blocks) with unsigned weights as they are: Q4's nibbles, or
 //! Q8_0's plus 128 (an xor shared by a tile's tokens), the accumulator
 //! starting at −8·Σx or −128·Σx to re-centre them exactly (`quad_weights`,
-//! `XQuad`); Q4 pairs likewise (`q4_pair_dot`).
+//! `XQuad`); Q4 pairs likewise (`q4_pair_dot`). The matmul puts sixteen
+//! tokens in a vector's lanes instead (`matmul_lanes`), its tiles taking
+//! the rest.
 //!
 //! Only 512-bit EVEX forms and AVX2 (VEX) forms are used, never EVEX at 128
 //! or 256 bits, so AVX512VL is not required.
@@ -86,8 +88,8 @@ pub fn matmul_q8(y: &mut [&mut [f32]], w: &QTensor, x: &QActs, r0: usize, r1: us
     // SAFETY: as in matvec_q8, for every token (scaffold::check_matmul_operands).
     unsafe {
         match w.packed {
-            false => matmul::<false, false>(y, q, d, x, nb, w.cols, r0, r1),
-            true => matmul::<false, true>(y, q, d, x, nb, w.cols, r0, r1),
+            false => matmul_lanes::<false, false>(y, q, d, x, nb, w.cols, r0, r1),
+            true => matmul_lanes::<false, true>(y, q, d, x, nb, w.cols, r0, r1),
         }
     }
 }
@@ -98,8 +100,8 @@ pub fn matmul_q4(y: &mut [&mut [f32]], w: &QTensor, x: &QActs, r0: usize, r1: us
     // SAFETY: as in matvec_q4, for every token (scaffold::check_matmul_operands).
     unsafe {
         match w.packed {
-            false => matmul::<true, false>(y, q, d, x, nb, w.row_bytes(), r0, r1),
-            true => matmul::<true, true>(y, q, d, x, nb, w.row_bytes(), r0, r1),
+            false => matmul_lanes::<true, false>(y, q, d, x, nb, w.row_bytes(), r0, r1),
+            true => matmul_lanes::<true, true>(y, q, d, x, nb, w.row_bytes(), r0, r1),
         }
     }
 }
@@ -397,6 +399,25 @@ impl<const PACKED: bool> Group<PACKED> {
                 wq.add(r * stride + 4 * offset + j * PACK_CHUNK)
             } else {
                 wq.add(r * stride + packed_offset(j, offset, stride))
+            }
+        }
+    }
+
+    /// Row r + j's scale of block b.
+    ///
+    /// # Safety
+    ///
+    /// j < 4, b < nb and the group lies in the matrix.
+    #[inline(always)]
+    unsafe fn dw(self, j: usize, b: usize) -> f32 {
+        let (wd, r, nb) = (self.wd, self.r, self.nb);
+        // SAFETY: the scale exists (the caller's contract); a packed group
+        // keeps its four rows' scales of a block side by side.
+        unsafe {
+            if PACKED {
+                *wd.add(r * nb + 4 * b + j)
+            } else {
+                *wd.add((r + j) * nb + b)
             }
         }
     }
@@ -1131,6 +1152,321 @@ unsafe fn matmul<const Q4: bool, const PACKED: bool>(
             // matrix's range ends between groups, so these are row-major);
             // yt holds r1 − r0 rows.
             unsafe { matvec::<Q4, PACKED>(yt.as_mut_ptr().add(r - r0), wq, wd, &x.token(t), nb, stride, r, r1) };
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// matmul_lanes: sixteen tokens in a vector's int32 lanes
+//
+// For whole groups of sixteen tokens the matmul turns the tile around. The
+// tokens' activations are transposed once per call so that one 64-byte load
+// holds the same four quants of all sixteen (`LaneActs`), and each row's
+// four weights are broadcast to every lane by the load itself. A row's block
+// sums then come out a lane per token with no horizontal add and no
+// regrouping: eight vpdpbusd a block, unsigned weights by signed
+// activations, each lane starting from −128·Σx (Q8_0) or −8·Σx (Q4_0) of
+// its token's block, so the int32 sums are the matvec's.
+//
+// Each four-row group's weights are first copied to the stack once for all
+// the lane groups (`group_weights`): Q8_0's plus 128 (an xor), Q4_0's
+// nibbles one a byte. Q4_0 then runs Q8_0's loop, and the hot loop
+// broadcasts from one small contiguous buffer, packed matrix or not.
+//
+// Each lane takes the matvec's float step into the matvec's own
+// accumulator for that block (the quad lanes L0–L3, then even and odd),
+// and the accumulators are added in the matvec's order, so every output
+// keeps the matvec's bits.
+//
+// Token counts past the last sixteen, and rows too wide for the stack
+// buffer, go through `matmul`'s tiles.
+
+/// Tokens a lane group holds: one per int32 lane.
+const LANES: usize = 16;
+
+/// A lane group's activations, transposed so that one load gives the
+/// same four quants (4c..4c+4) of each of its tokens, lane t for token t:
+/// `x[b][c]` for block b, `bias[b]` the tokens' −128·Σx (Q8_0) or −8·Σx
+/// (Q4_0) of block b, `dx[b]` their scales of block b.
+struct LaneActs<'a> {
+    x: &'a [[__m512i; 8]],
+    bias: &'a [__m512i],
+    dx: &'a [__m512],
+}
+
+/// Vectors of `LaneActs` the stack holds for one matmul call: 96 KiB,
+/// one lane group up to K = 4864.
+const LANE_STACK: usize = 98304 / std::mem::size_of::<__m512i>();
+
+/// Lane groups a pass over the rows takes at most: 128 tokens,
+/// `--batch`'s largest.
+const PASS_GROUPS: usize = 128 / LANES;
+
+/// Vectors one lane group's `LaneActs` take for `nb` blocks.
+const fn lane_vectors(nb: usize) -> usize {
+    10 * nb
+}
+
+/// Blocks a row has at most when one lane group fits `LANE_STACK`.
+const MAX_LANE_BLOCKS: usize = LANE_STACK / lane_vectors(1);
+
+/// The group's weights block by block as vpdpbusd's unsigned operand,
+/// block b of row j at 4b + j: Q8_0's plus 128, Q4_0's nibbles one a
+/// byte, in quant order.
+///
+/// # Safety
+///
+/// The CPU has the tier's features, the group lies in the matrix and
+/// `out` holds 4·nb blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn group_weights<const Q4: bool, const PACKED: bool>(g: Group<PACKED>, out: &mut [[u8; QK]]) {
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+    let (flip, low4) = (_mm256_set1_epi8(-128), _mm_set1_epi8(0x0F));
+    for b in 0..g.nb {
+        prefetch::row_group::<PACKED>(g.wq, g.wd, g.stride, g.nb, g.r, b, 1, bb);
+        for j in 0..4 {
+            let dst = out[4 * b + j].as_mut_ptr();
+            // SAFETY: block b of row r+j lies in one packed chunk (bb
+            // divides PACK_CHUNK) and in bounds (the caller's contract);
+            // dst holds QK bytes.
+            unsafe {
+                let src = g.at(j, b * bb);
+                if Q4 {
+                    // Low nibbles are quants 0–15, high ones 16–31.
+                    let packed = _mm_loadu_si128(src.cast());
+                    let (lo, hi) = (
+                        _mm_and_si128(packed, low4),
+                        _mm_and_si128(_mm_srli_epi16(packed, 4), low4),
+                    );
+                    _mm256_storeu_si256(dst.cast(), _mm256_set_m128i(hi, lo));
+                } else {
+                    _mm256_storeu_si256(dst.cast(), _mm256_xor_si256(_mm256_loadu_si256(src.cast()), flip));
+                }
+            }
+        }
+    }
+}
+
+/// Transposes tokens t0..t0+LANES of `x` into `slots` (`lane_vectors`
+/// long) and returns the view.
+///
+/// # Safety
+///
+/// The CPU has the tier's features and x holds tokens t0..t0+LANES.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn lane_acts<'a, const Q4: bool>(
+    x: &QActs,
+    t0: usize,
+    slots: &'a mut [std::mem::MaybeUninit<__m512i>],
+) -> LaneActs<'a> {
+    let nb = x.cols / QK;
+    let tokens: [QAct; LANES] = std::array::from_fn(|t| x.token(t0 + t));
+    let (xs, rest) = slots.split_at_mut(8 * nb);
+    let (bias, dx) = rest.split_at_mut(nb);
+    // SAFETY: a LANES-long i32 array is one vector.
+    let lanes = |v: [i32; LANES]| unsafe { _mm512_loadu_si512(v.as_ptr().cast()) };
+    let centre = if Q4 { 8 } else { 128 };
+    for b in 0..nb {
+        for c in 0..8 {
+            xs[b * 8 + c].write(lanes(std::array::from_fn(|t| {
+                let q = &tokens[t].q[b * QK + 4 * c..b * QK + 4 * c + 4];
+                i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
+            })));
+        }
+        bias[b].write(lanes(std::array::from_fn(|t| {
+            -centre
+                * tokens[t].q[b * QK..(b + 1) * QK]
+                    .iter()
+                    .map(|&v| i32::from(v))
+                    .sum::<i32>()
+        })));
+        // The scales' bits, read back as floats through `LaneActs`.
+        dx[b].write(lanes(std::array::from_fn(|t| tokens[t].d[b].to_bits() as i32)));
+    }
+    // SAFETY: every slot of the three parts was written above;
+    // MaybeUninit<T> has T's layout, and __m512 __m512i's.
+    unsafe {
+        LaneActs {
+            x: std::slice::from_raw_parts(xs.as_ptr().cast::<[__m512i; 8]>(), nb),
+            bias: std::slice::from_raw_parts(bias.as_ptr().cast::<__m512i>(), nb),
+            dx: std::slice::from_raw_parts(dx.as_ptr().cast::<__m512>(), nb),
+        }
+    }
+}
+
+/// The matmul for whole lane groups (see above), `matmul`'s tiles for the
+/// rest; the rows after the last whole group are the matvec's, per token.
+///
+/// # Safety
+///
+/// As `matmul`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn matmul_lanes<const Q4: bool, const PACKED: bool>(
+    y: &mut [&mut [f32]],
+    wq: *const u8,
+    wd: *const f32,
+    x: &QActs,
+    nb: usize,
+    stride: usize,
+    r0: usize,
+    r1: usize,
+) {
+    let fit = (LANE_STACK / lane_vectors(nb)).min(PASS_GROUPS);
+    let groups = x.n / LANES;
+    let rows4 = r0 + (r1 - r0) / 4 * 4;
+    if groups == 0 || rows4 == r0 || fit == 0 {
+        // SAFETY: the caller's contract is matmul's.
+        return unsafe { matmul::<Q4, PACKED>(y, wq, wd, x, nb, stride, r0, r1) };
+    }
+    let mut stack = [std::mem::MaybeUninit::<__m512i>::uninit(); LANE_STACK];
+    let mut weights = [[0u8; QK]; 4 * MAX_LANE_BLOCKS];
+    let mut first = 0;
+    while first < groups {
+        let pass = fit.min(groups - first);
+        let mut acts: [Option<LaneActs>; PASS_GROUPS] = Default::default();
+        for (g, slots) in stack.chunks_exact_mut(lane_vectors(nb)).take(pass).enumerate() {
+            // SAFETY: the tier's features (the caller's contract); the
+            // pass's tokens exist.
+            acts[g] = Some(unsafe { lane_acts::<Q4>(x, (first + g) * LANES, slots) });
+        }
+        let ys = &mut y[first * LANES..(first + pass) * LANES];
+        let mut r = r0;
+        while r < rows4 {
+            let g = Group::<PACKED> { wq, wd, stride, nb, r };
+            let w = &mut weights[..4 * nb];
+            // SAFETY: the group's rows lie in [r0, r1) (as below); nb ≤
+            // MAX_LANE_BLOCKS, since one lane group fits the stack.
+            unsafe { group_weights::<Q4, PACKED>(g, w) };
+            for (a, yg) in acts.iter().flatten().zip(ys.chunks_exact_mut(LANES)) {
+                // SAFETY: rows r..r+4 lie in [r0, r1), bounded for every
+                // token by the caller's contract; yg holds sixteen tokens.
+                unsafe { lane_group_rows::<Q4, PACKED>(yg, g, a, w, r - r0) };
+            }
+            r += 4;
+        }
+        first += pass;
+    }
+    let whole = groups * LANES;
+    if rows4 < r1 {
+        for (t, yt) in y[..whole].iter_mut().enumerate() {
+            // SAFETY: rows rows4..r1 were bounded for this token (a packed
+            // matrix's range ends between groups, so these are row-major);
+            // yt holds r1 − r0 rows.
+            unsafe {
+                matvec::<Q4, PACKED>(
+                    yt.as_mut_ptr().add(rows4 - r0),
+                    wq,
+                    wd,
+                    &x.token(t),
+                    nb,
+                    stride,
+                    rows4,
+                    r1,
+                )
+            };
+        }
+    }
+    if whole < x.n {
+        let nbx = x.cols / QK;
+        let rest = QActs {
+            q: &x.q[whole * x.cols..],
+            d: &x.d[whole * nbx..],
+            cols: x.cols,
+            n: x.n - whole,
+        };
+        // SAFETY: the remaining tokens, all rows, as the caller's contract.
+        unsafe { matmul::<Q4, PACKED>(&mut y[whole..], wq, wd, &rest, nb, stride, r0, r1) };
+    }
+}
+
+/// Rows r..r+4 (the group) for one lane group's sixteen tokens, written
+/// at `out` in each token's output. Per block and row an int32 lane per
+/// token, then the matvec's float steps: fma(sumi·dw, dx, acc) into the
+/// quad lane b mod 4 (Q4_0, blocks before the last whole quad), or else
+/// into the even or odd sum of the blocks after the quads, and the result
+/// ((L0 + L2) + (L1 + L3)) + (even + odd) (Q4_0) or even + odd (Q8_0).
+///
+/// # Safety
+///
+/// As `matmul`, the group's rows in bounds, y holding sixteen tokens with
+/// out + 4 outputs each.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn lane_group_rows<const Q4: bool, const PACKED: bool>(
+    y: &mut [&mut [f32]],
+    g: Group<PACKED>,
+    a: &LaneActs,
+    w: &[[u8; QK]],
+    out: usize,
+) {
+    let nb = g.nb;
+    // Block b for the four rows: int32 lane sums, then fma(sumi·dw, dx,
+    // acc) into each row's accumulator in `$acc`. A macro, not a closure
+    // or a function: as either it was not inlined, and Q8_0 lost a fifth.
+    macro_rules! step {
+        ($b:expr, $acc:expr) => {{
+            let b = $b;
+            let rows = &w[4 * b..4 * b + 4];
+            let quads = |j: usize, i: usize| {
+                let q = &rows[j][4 * i..4 * i + 4];
+                _mm512_set1_epi32(i32::from_le_bytes([q[0], q[1], q[2], q[3]]))
+            };
+            let xs = &a.x[b];
+            // Two chains a row, added at the end: vpdpbusd's latency.
+            let mut sumi = [a.bias[b]; 4];
+            let mut more = [_mm512_setzero_si512(); 4];
+            for c in (0..8).step_by(2) {
+                for j in 0..4 {
+                    sumi[j] = _mm512_dpbusd_epi32(sumi[j], quads(j, c), xs[c]);
+                    more[j] = _mm512_dpbusd_epi32(more[j], quads(j, c + 1), xs[c + 1]);
+                }
+            }
+            for j in 0..4 {
+                sumi[j] = _mm512_add_epi32(sumi[j], more[j]);
+            }
+            let dx = a.dx[b];
+            for (j, f) in $acc.iter_mut().enumerate() {
+                // SAFETY: row r+j's scale of block b exists.
+                let dw = _mm512_set1_ps(unsafe { g.dw(j, b) });
+                *f = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sumi[j]), dw), dx, *f);
+            }
+        }};
+    }
+    let zero = [_mm512_setzero_ps(); 4];
+    let quads = if Q4 { nb / 4 } else { 0 };
+    let (mut l0, mut l1, mut l2, mut l3) = (zero, zero, zero, zero);
+    for qd in 0..quads {
+        step!(4 * qd, l0);
+        step!(4 * qd + 1, l1);
+        step!(4 * qd + 2, l2);
+        step!(4 * qd + 3, l3);
+    }
+    let (mut even, mut odd) = (zero, zero);
+    let mut b = 4 * quads;
+    while b + 2 <= nb {
+        step!(b, even);
+        step!(b + 1, odd);
+        b += 2;
+    }
+    if b < nb {
+        step!(b, even);
+    }
+    let mut rows = [[0.0f32; LANES]; 4];
+    for (j, row) in rows.iter_mut().enumerate() {
+        let sums = _mm512_add_ps(even[j], odd[j]);
+        let total = if Q4 {
+            let (l02, l13) = (_mm512_add_ps(l0[j], l2[j]), _mm512_add_ps(l1[j], l3[j]));
+            _mm512_add_ps(_mm512_add_ps(l02, l13), sums)
+        } else {
+            sums
+        };
+        // SAFETY: row holds sixteen floats.
+        unsafe { _mm512_storeu_ps(row.as_mut_ptr(), total) };
+    }
+    for (t, yt) in y.iter_mut().enumerate() {
+        for (j, row) in rows.iter().enumerate() {
+            yt[out + j] = row[t];
         }
     }
 }

@@ -544,8 +544,8 @@ fn matvec_extreme_products() {
     // −127 do the same for the int16 sums of sse41's and avx2's
     // `group_dot`, which multiply the unsigned nibbles (16·15·127 = 30480
     // on sse41, and avx2's token lanes: 8·2·15·127). The matmul too, over
-    // 10 tokens: avx2's lane group of 8, the other x86 tiers' tiles of 4,
-    // and a rest of 2.
+    // 18 tokens: avx512vnni's lane group of 16, avx2's two of 8, the other
+    // x86 tiers' tiles of 4, and a rest of 2.
     for (wq, xq, want) in [
         (127i8, -127i8, -516_128.0f32),
         (127, 127, 516_128.0),
@@ -565,7 +565,7 @@ fn matvec_extreme_products() {
         let mut y = vec![0.0; 5];
         kernels::matvec_q8(&mut y, &w.view(), &x.view(), 0, 5);
         assert_eq!(y, vec![2.0 * want; 5], "q8 {wq}·{xq}");
-        assert_eq!(matmul_of_copies(&w, &x, 10), vec![y; 10], "q8 matmul {wq}·{xq}");
+        assert_eq!(matmul_of_copies(&w, &x, 18), vec![y; 18], "q8 matmul {wq}·{xq}");
     }
     for (byte, xq, want) in [
         (0x00u8, 127i8, -8 * 127 * 32),
@@ -586,7 +586,7 @@ fn matvec_extreme_products() {
         let mut y = vec![0.0; 5];
         kernels::matvec_q4(&mut y, &w.view(), &x.view(), 0, 5);
         assert_eq!(y, vec![2.0 * want as f32; 5], "q4 {byte:#x}·{xq}");
-        assert_eq!(matmul_of_copies(&w, &x, 10), vec![y; 10], "q4 matmul {byte:#x}·{xq}");
+        assert_eq!(matmul_of_copies(&w, &x, 18), vec![y; 18], "q4 matmul {byte:#x}·{xq}");
     }
 }
 
