@@ -179,9 +179,9 @@ matmul_by_row_groups!("avx2,fma");
 // Q4_0). Each lane gets the matvec's exact block sums and float steps for
 // its token, so every output keeps the matvec's bits.
 //
-// Only this tier: SSE4.1 has no broadcast load, and its movd + pshufd per
-// row and four weights cost what the horizontal adds saved (four token
-// lanes measured no faster than its `matmul_rows` tiles).
+// SSE4.1 has no broadcast load: a movd + pshufd per row and four weights
+// cost what the horizontal adds saved, so its Q8_0 stays on the tiles and
+// its Q4_0 lanes read weights staged already spread (sse41.rs).
 
 /// Tokens a lane group holds: one per int32 lane.
 const LANES: usize = 8;
