@@ -319,38 +319,16 @@ unsafe fn matmul_lanes<const Q4: bool>(
         }
         first += pass;
     }
-    let whole = groups * LANES;
-    if rows4 < r1 {
-        for (t, yt) in y[..whole].iter_mut().enumerate() {
-            // SAFETY: rows rows4..r1 are within what the caller's
-            // contract bounded for this token; yt holds r1 − r0
-            // outputs.
-            unsafe {
-                matvec::<Q4>(
-                    yt.as_mut_ptr().add(rows4 - r0),
-                    wq,
-                    wd,
-                    &x.token(t),
-                    nb,
-                    stride,
-                    rows4,
-                    r1,
-                )
-            };
-        }
-    }
-    if whole < x.n {
-        let nbx = x.cols / crate::core::quant::QK;
-        let rest = crate::core::tensor::QActs {
-            q: &x.q[whole * x.cols..],
-            d: &x.d[whole * nbx..],
-            cols: x.cols,
-            n: x.n - whole,
-        };
-        // SAFETY: the remaining tokens, all rows, as the caller's
-        // contract.
-        unsafe { matmul_rows::<Q4>(&mut y[whole..], wq, wd, &rest, nb, stride, r0, r1) };
-    }
+    super::x86::lane_tails(
+        y,
+        x,
+        (groups * LANES, rows4, r0, r1),
+        // SAFETY: rows rows4..r1 are within what the caller's contract
+        // bounded for this token, and yt holds their outputs.
+        |yt, xt| unsafe { matvec::<Q4>(yt.as_mut_ptr(), wq, wd, xt, nb, stride, rows4, r1) },
+        // SAFETY: the remaining tokens, all rows, as the caller's contract.
+        |ys, rest| unsafe { matmul_rows::<Q4>(ys, wq, wd, rest, nb, stride, r0, r1) },
+    );
 }
 
 /// Rows r..r+4 for one lane group's eight tokens, written at `out` in

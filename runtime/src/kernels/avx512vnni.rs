@@ -1347,37 +1347,17 @@ unsafe fn matmul_lanes<const Q4: bool, const PACKED: bool>(
         }
         first += pass;
     }
-    let whole = groups * LANES;
-    if rows4 < r1 {
-        for (t, yt) in y[..whole].iter_mut().enumerate() {
-            // SAFETY: rows rows4..r1 were bounded for this token (a packed
-            // matrix's range ends between groups, so these are row-major);
-            // yt holds r1 − r0 rows.
-            unsafe {
-                matvec::<Q4, PACKED>(
-                    yt.as_mut_ptr().add(rows4 - r0),
-                    wq,
-                    wd,
-                    &x.token(t),
-                    nb,
-                    stride,
-                    rows4,
-                    r1,
-                )
-            };
-        }
-    }
-    if whole < x.n {
-        let nbx = x.cols / QK;
-        let rest = QActs {
-            q: &x.q[whole * x.cols..],
-            d: &x.d[whole * nbx..],
-            cols: x.cols,
-            n: x.n - whole,
-        };
+    super::x86::lane_tails(
+        y,
+        x,
+        (groups * LANES, rows4, r0, r1),
+        // SAFETY: rows rows4..r1 were bounded for this token (a packed
+        // matrix's range ends between groups, so these are row-major), and
+        // yt holds their outputs.
+        |yt, xt| unsafe { matvec::<Q4, PACKED>(yt.as_mut_ptr(), wq, wd, xt, nb, stride, rows4, r1) },
         // SAFETY: the remaining tokens, all rows, as the caller's contract.
-        unsafe { matmul::<Q4, PACKED>(&mut y[whole..], wq, wd, &rest, nb, stride, r0, r1) };
-    }
+        |ys, rest| unsafe { matmul::<Q4, PACKED>(ys, wq, wd, rest, nb, stride, r0, r1) },
+    );
 }
 
 /// Rows r..r+4 (the group) for one lane group's sixteen tokens, written

@@ -97,6 +97,36 @@ macro_rules! group_dot_by_block_dots {
     };
 }
 
+/// What a token-lane matmul leaves to its tier's other kernels (rows
+/// r0..r1, `rows4` the end of its whole four-row groups, `whole` of its
+/// whole lane groups' tokens): rows rows4..r1 of the first `whole` tokens
+/// go to `matvec_rows` (the token's outputs from row rows4 on, and its
+/// activation), the tokens from `whole` on to `tiles` over all the rows.
+#[cfg(feature = "isa-sse41")]
+pub(crate) fn lane_tails(
+    y: &mut [&mut [f32]],
+    x: &crate::core::tensor::QActs,
+    (whole, rows4, r0, r1): (usize, usize, usize, usize),
+    mut matvec_rows: impl FnMut(&mut [f32], &crate::core::tensor::QAct),
+    tiles: impl FnOnce(&mut [&mut [f32]], &crate::core::tensor::QActs),
+) {
+    if rows4 < r1 {
+        for (t, yt) in y[..whole].iter_mut().enumerate() {
+            matvec_rows(&mut yt[rows4 - r0..], &x.token(t));
+        }
+    }
+    if whole < x.n {
+        let nbx = x.cols / crate::core::quant::QK;
+        let rest = crate::core::tensor::QActs {
+            q: &x.q[whole * x.cols..],
+            d: &x.d[whole * nbx..],
+            cols: x.cols,
+            n: x.n - whole,
+        };
+        tiles(&mut y[whole..], &rest);
+    }
+}
+
 /// Activation blocks a stack buffer holds for `block_sums` (K up to 8192
 /// in a matvec); more go to the heap.
 pub(crate) const STACK_BLOCK_SUMS: usize = 256;
