@@ -184,30 +184,30 @@ matmul_by_row_groups!("avx2,fma");
 // its Q4_0 lanes read weights staged already spread (sse41.rs).
 
 /// Tokens a lane group holds: one per int32 lane.
-const LANES: usize = 8;
+pub(super) const LANES: usize = 8;
 
 /// A lane group's activations, transposed so that one load gives
 /// the same four quants (k..k+4) of each of its tokens, lane t for
 /// token t: `x[b][c]` holds block b's quants 4c..4c+4 and `abs`
 /// their magnitudes (Q8_0), `dx[b]` the tokens' scales of block b
 /// and `x8sum[b]` their 8·Σx of block b (Q4_0).
-struct LaneActs<'a> {
-    x: &'a [[__m256i; 8]],
-    abs: &'a [[__m256i; 8]],
-    dx: &'a [__m256],
-    x8sum: &'a [__m256i],
+pub(super) struct LaneActs<'a> {
+    pub(super) x: &'a [[__m256i; 8]],
+    pub(super) abs: &'a [[__m256i; 8]],
+    pub(super) dx: &'a [__m256],
+    pub(super) x8sum: &'a [__m256i],
 }
 
 /// Vectors of `LaneActs` the stack holds for one matmul call: 64 KiB.
-const LANE_STACK: usize = 65536 / std::mem::size_of::<__m256i>();
+pub(super) const LANE_STACK: usize = 65536 / std::mem::size_of::<__m256i>();
 
 /// Lane groups a pass over the rows takes at most: 128 tokens,
 /// `--batch`'s largest.
-const PASS_GROUPS: usize = 128 / LANES;
+pub(super) const PASS_GROUPS: usize = 128 / LANES;
 
 /// Vectors one lane group's `LaneActs` take for `nb` blocks: Q8_0
 /// 17 a block, Q4_0 10.
-const fn lane_vectors<const Q4: bool>(nb: usize) -> usize {
+pub(super) const fn lane_vectors<const Q4: bool>(nb: usize) -> usize {
     if Q4 {
         10 * nb
     } else {
@@ -222,7 +222,7 @@ const fn lane_vectors<const Q4: bool>(nb: usize) -> usize {
 ///
 /// The CPU has AVX2 and x holds tokens t0..t0+LANES.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn lane_acts<'a, const Q4: bool>(
+pub(super) unsafe fn lane_acts<'a, const Q4: bool>(
     x: &crate::core::tensor::QActs,
     t0: usize,
     slots: &'a mut [std::mem::MaybeUninit<__m256i>],
@@ -272,166 +272,42 @@ unsafe fn lane_acts<'a, const Q4: bool>(
     }
 }
 
-/// The matmul's driver (see above).
-///
-/// # Safety
-///
-/// As `matmul_rows`.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn matmul_lanes<const Q4: bool>(
-    y: &mut [&mut [f32]],
-    wq: *const u8,
-    wd: *const f32,
-    x: &crate::core::tensor::QActs,
-    nb: usize,
-    stride: usize,
-    r0: usize,
-    r1: usize,
-) {
-    let per_group = lane_vectors::<Q4>(nb);
-    let fit = (LANE_STACK / per_group).min(PASS_GROUPS);
-    let groups = x.n / LANES;
-    let rows4 = r0 + (r1 - r0) / 4 * 4;
-    if groups == 0 || rows4 == r0 || fit == 0 {
-        // SAFETY: the caller's contract is matmul_rows's.
-        return unsafe { matmul_rows::<Q4>(y, wq, wd, x, nb, stride, r0, r1) };
-    }
-    let mut stack = [std::mem::MaybeUninit::<__m256i>::uninit(); LANE_STACK];
-    let mut first = 0;
-    while first < groups {
-        let pass = fit.min(groups - first);
-        let mut acts: [Option<LaneActs>; PASS_GROUPS] = Default::default();
-        for (g, slots) in stack.chunks_exact_mut(per_group).take(pass).enumerate() {
-            // SAFETY: AVX2 (the caller's contract); the pass's tokens
-            // exist.
-            acts[g] = Some(unsafe { lane_acts::<Q4>(x, (first + g) * LANES, slots) });
-        }
-        let ys = &mut y[first * LANES..(first + pass) * LANES];
-        let mut r = r0;
-        while r < rows4 {
-            for (a, yg) in acts.iter().flatten().zip(ys.chunks_exact_mut(LANES)) {
-                // SAFETY: rows r..r+4 lie in [r0, r1), bounded for every
-                // token by the caller's contract; yg holds eight tokens.
-                unsafe { lane_group_rows::<Q4>(yg, wq, wd, a, nb, stride, r, r - r0) };
-            }
-            r += 4;
-        }
-        first += pass;
-    }
-    super::x86::lane_tails(
-        y,
-        x,
-        (groups * LANES, rows4, r0, r1),
-        // SAFETY: rows rows4..r1 are within what the caller's contract
-        // bounded for this token, and yt holds their outputs.
-        |yt, xt| unsafe { matvec::<Q4>(yt.as_mut_ptr(), wq, wd, xt, nb, stride, rows4, r1) },
-        // SAFETY: the remaining tokens, all rows, as the caller's contract.
-        |ys, rest| unsafe { matmul_rows::<Q4>(ys, wq, wd, rest, nb, stride, r0, r1) },
-    );
-}
+matmul_by_token_lanes!("avx2,fma");
 
-/// Rows r..r+4 for one lane group's eight tokens, written at `out` in
-/// each token's output. Per block and row an int32 lane per token: Q8_0
-/// as `block_dot` (vpsignb moves x's sign onto the weight, vpmaddubsw
-/// with |x|, vpmaddwd to int32), the row's four weights broadcast to every
-/// lane; Q4_0 as `group_dot`, nibbles times x summed in int16 over the
-/// block (eight terms of at most 2·15·127: 30480), widened once, less 8·Σx.
-///
-/// # Safety
-///
-/// As `matmul_rows`, rows r..r+4 in bounds, y holding eight tokens with
-/// out + 4 outputs each.
-#[allow(clippy::too_many_arguments)]
+/// One row's Q8_0 block sums for a lane group (`matmul_by_token_lanes!`):
+/// per quad c, vpsignb moves x's sign onto the weight, vpmaddubsw with |x|,
+/// vpmaddwd to int32, in two add chains.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn lane_group_rows<const Q4: bool>(
-    y: &mut [&mut [f32]],
-    wq: *const u8,
-    wd: *const f32,
-    a: &LaneActs,
-    nb: usize,
-    stride: usize,
-    r: usize,
-    out: usize,
-) {
-    use crate::core::quant::{Q4_BLOCK_BYTES, QK};
-    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+fn lane_row_q8(w: impl Fn(usize) -> __m256i, x: &[__m256i; 8], abs: &[__m256i; 8]) -> __m256i {
     let ones = _mm256_set1_epi16(1);
+    let unit = |c: usize| _mm256_madd_epi16(_mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(w(c), x[c])), ones);
+    let (mut even, mut odd) = (unit(0), unit(1));
+    for c in (2..8).step_by(2) {
+        even = _mm256_add_epi32(even, unit(c));
+        odd = _mm256_add_epi32(odd, unit(c + 1));
+    }
+    _mm256_add_epi32(even, odd)
+}
+
+/// One row's Q4_0 block sums for a lane group (`matmul_by_token_lanes!`):
+/// the unsigned nibbles times x summed in int16 over the block (eight
+/// terms of at most 2·15·127: 30480), widened once, less 8·Σx.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn lane_row_q4(w: impl Fn(usize) -> __m256i, x: &[__m256i; 8], x8sum: __m256i) -> __m256i {
     let low4 = _mm256_set1_epi8(0x0F);
-    // One block's four rows of int32 lane sums.
-    let block = |b: usize| {
-        super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
-        // SAFETY: four bytes at 4i of block b of rows r..r+4 are in
-        // bounds (the caller's contract), as are a's blocks.
-        let quads = |j: usize, i: usize| unsafe {
-            _mm256_set1_epi32(wq.add((r + j) * stride + b * bb + 4 * i).cast::<i32>().read_unaligned())
-        };
-        let mut sumi = [_mm256_setzero_si256(); 4];
-        let xs = &a.x[b];
-        if Q4 {
-            for i in 0..4 {
-                let (xl, xh) = (xs[i], xs[4 + i]);
-                for (j, s) in sumi.iter_mut().enumerate() {
-                    let raw = quads(j, i);
-                    let lo = _mm256_and_si256(raw, low4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-                    let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
-                    *s = _mm256_add_epi16(*s, pairs);
-                }
-            }
-            let x8sum = a.x8sum[b];
-            for s in &mut sumi {
-                *s = _mm256_sub_epi32(_mm256_madd_epi16(*s, ones), x8sum);
-            }
-        } else {
-            let abs = &a.abs[b];
-            let unit = |j: usize, c: usize| {
-                let pairs = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(quads(j, c), xs[c]));
-                _mm256_madd_epi16(pairs, ones)
-            };
-            for (j, s) in sumi.iter_mut().enumerate() {
-                let (mut even, mut odd) = (unit(j, 0), unit(j, 1));
-                for c in (2..8).step_by(2) {
-                    even = _mm256_add_epi32(even, unit(j, c));
-                    odd = _mm256_add_epi32(odd, unit(j, c + 1));
-                }
-                *s = _mm256_add_epi32(even, odd);
-            }
-        }
-        sumi
-    };
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut scale = |b: usize, sumi: [__m256i; 4]| {
-        let dx = a.dx[b];
-        for (j, f) in acc.iter_mut().enumerate() {
-            // SAFETY: row r+j's scale of block b is in bounds.
-            let dw = unsafe { _mm256_set1_ps(*wd.add((r + j) * nb + b)) };
-            *f = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi[j]), dw), dx, *f);
-        }
-    };
-    // Q4_0 blocks go in pairs, for the scheduler's sake (6% faster in
-    // cache); Q8_0's eight sums would spill (17% slower).
-    let mut b = 0;
-    while Q4 && b + 2 <= nb {
-        let (s0, s1) = (block(b), block(b + 1));
-        scale(b, s0);
-        scale(b + 1, s1);
-        b += 2;
+    let mut s = _mm256_setzero_si256();
+    for i in 0..4 {
+        let raw = w(i);
+        let lo = _mm256_and_si256(raw, low4);
+        let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        s = _mm256_add_epi16(
+            s,
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo, x[i]), _mm256_maddubs_epi16(hi, x[4 + i])),
+        );
     }
-    for b in b..nb {
-        scale(b, block(b));
-    }
-    let mut lanes = [[0.0f32; LANES]; 4];
-    for (j, f) in acc.iter().enumerate() {
-        // SAFETY: lanes[j] holds eight floats.
-        unsafe { _mm256_storeu_ps(lanes[j].as_mut_ptr(), *f) };
-    }
-    for (t, yt) in y.iter_mut().enumerate() {
-        for (j, row) in lanes.iter().enumerate() {
-            yt[out + j] = row[t];
-        }
-    }
+    _mm256_sub_epi32(_mm256_madd_epi16(s, _mm256_set1_epi16(1)), x8sum)
 }
 
 // ---------------------------------------------------------------------------

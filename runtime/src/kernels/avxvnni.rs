@@ -8,6 +8,11 @@
 //! activation is made unsigned with vpabsb and its sign moved onto the
 //! weight with vpsignb.
 //!
+//! The matmul is AVX2's token lanes (`x86::matmul_by_token_lanes!`), one
+//! int32 lane per token, with vpdpbusd for each row's block sums: Q8_0 one
+//! vpsignb + vpdpbusd per quad against AVX2's four steps, and Q4_0's
+//! unsigned nibbles multiplied straight into int32 with no int16 stage.
+//!
 //! Not to be confused with AVX-512 VNNI: a CPU may have either without the
 //! other (Zen 4 has only AVX-512 VNNI), so the avx512vnni tier does not use
 //! this module.
@@ -27,7 +32,7 @@ pub const REQUIRED_FEATURES: &[&str] = &[
 ];
 
 matvec_entry_points!();
-tiled_matmul_entry_points!(matmul_rows);
+tiled_matmul_entry_points!(matmul_lanes);
 
 /// Integer dot of a weight block with an activation block: eight int32
 /// partials. AVX2's `block_dot` with vpdpbusd for its vpmaddubsw + vpmaddwd.
@@ -43,3 +48,34 @@ use super::avx2::{hsum1, hsum4, load_w, load_x, scale1, scale4, signed_w, XBlock
 group_dot_by_block_dots!("avx2,fma,avxvnni", __m256i, XBlock);
 matvec_by_row_groups!("avx2,fma,avxvnni");
 matmul_by_row_groups!("avx2,fma,avxvnni");
+matmul_by_token_lanes!("avx2,fma,avxvnni");
+
+/// One row's Q8_0 block sums for a lane group (`matmul_by_token_lanes!`):
+/// per quad c, vpsignb moves x's sign onto the weight and vpdpbusd adds
+/// |x|·w into int32, in two chains for vpdpbusd's latency.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+#[inline]
+fn lane_row_q8(w: impl Fn(usize) -> __m256i, x: &[__m256i; 8], abs: &[__m256i; 8]) -> __m256i {
+    let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for c in (0..8).step_by(2) {
+        even = _mm256_dpbusd_avx_epi32(even, abs[c], _mm256_sign_epi8(w(c), x[c]));
+        odd = _mm256_dpbusd_avx_epi32(odd, abs[c + 1], _mm256_sign_epi8(w(c + 1), x[c + 1]));
+    }
+    _mm256_add_epi32(even, odd)
+}
+
+/// One row's Q4_0 block sums for a lane group (`matmul_by_token_lanes!`):
+/// vpdpbusd multiplies the unsigned nibbles by x straight into int32, the
+/// low nibbles' chain starting from −8·Σx.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+#[inline]
+fn lane_row_q4(w: impl Fn(usize) -> __m256i, x: &[__m256i; 8], x8sum: __m256i) -> __m256i {
+    let low4 = _mm256_set1_epi8(0x0F);
+    let (mut lo, mut hi) = (_mm256_sub_epi32(_mm256_setzero_si256(), x8sum), _mm256_setzero_si256());
+    for i in 0..4 {
+        let raw = w(i);
+        lo = _mm256_dpbusd_avx_epi32(lo, _mm256_and_si256(raw, low4), x[i]);
+        hi = _mm256_dpbusd_avx_epi32(hi, _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4), x[4 + i]);
+    }
+    _mm256_add_epi32(lo, hi)
+}

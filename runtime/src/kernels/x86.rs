@@ -127,6 +127,167 @@ pub(crate) fn lane_tails(
     }
 }
 
+/// `matmul_lanes`, the driver `tiled_matmul_entry_points!(matmul_lanes)`
+/// calls, for the 256-bit tiers (avx2, avxvnni): one int32 lane per token,
+/// so a block's sums for a row and eight tokens come out of the multiplies
+/// lane by lane, with no horizontal adds (avx2.rs, "Token lanes", says
+/// how). The tier names in scope, besides `matvec_by_row_groups!`'s
+/// `matvec` and `matmul_by_row_groups!`'s `matmul_rows`, one row's block
+/// sums for a lane group, given its four weights at quad i broadcast to
+/// every lane (`w(i)`) and the group's activation block (`avx2::LaneActs`):
+///
+/// * `fn lane_row_q8(w, x: &[__m256i; 8], abs: &[__m256i; 8]) -> __m256i`:
+///   Σ w·x over the eight quads;
+/// * `fn lane_row_q4(w, x: &[__m256i; 8], x8sum: __m256i) -> __m256i`:
+///   Σ q·x over the block's unsigned nibbles (low nibbles of quads 0–3
+///   with x quads 0–3, high nibbles with 4–7), less 8·Σx.
+///
+/// Integer sums are exact in any order, so every tier's lanes hold the
+/// matvec's block sums, and the float steps are the matvec's.
+#[cfg(feature = "isa-avx2")]
+macro_rules! matmul_by_token_lanes {
+    ($features:literal) => {
+        /// The matmul's driver (see above).
+        ///
+        /// # Safety
+        ///
+        /// As `matmul_rows`.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        unsafe fn matmul_lanes<const Q4: bool>(
+            y: &mut [&mut [f32]],
+            wq: *const u8,
+            wd: *const f32,
+            x: &crate::core::tensor::QActs,
+            nb: usize,
+            stride: usize,
+            r0: usize,
+            r1: usize,
+        ) {
+            use super::avx2::{lane_acts, lane_vectors, LaneActs, LANES, LANE_STACK, PASS_GROUPS};
+            let per_group = lane_vectors::<Q4>(nb);
+            let fit = (LANE_STACK / per_group).min(PASS_GROUPS);
+            let groups = x.n / LANES;
+            let rows4 = r0 + (r1 - r0) / 4 * 4;
+            if groups == 0 || rows4 == r0 || fit == 0 {
+                // SAFETY: the caller's contract is matmul_rows's.
+                return unsafe { matmul_rows::<Q4>(y, wq, wd, x, nb, stride, r0, r1) };
+            }
+            let mut stack = [std::mem::MaybeUninit::<__m256i>::uninit(); LANE_STACK];
+            let mut first = 0;
+            while first < groups {
+                let pass = fit.min(groups - first);
+                let mut acts: [Option<LaneActs>; PASS_GROUPS] = Default::default();
+                for (g, slots) in stack.chunks_exact_mut(per_group).take(pass).enumerate() {
+                    // SAFETY: AVX2 (the caller's contract); the pass's tokens
+                    // exist.
+                    acts[g] = Some(unsafe { lane_acts::<Q4>(x, (first + g) * LANES, slots) });
+                }
+                let ys = &mut y[first * LANES..(first + pass) * LANES];
+                let mut r = r0;
+                while r < rows4 {
+                    for (a, yg) in acts.iter().flatten().zip(ys.chunks_exact_mut(LANES)) {
+                        // SAFETY: rows r..r+4 lie in [r0, r1), bounded for every
+                        // token by the caller's contract; yg holds eight tokens.
+                        unsafe { lane_group_rows::<Q4>(yg, wq, wd, a, nb, stride, r, r - r0) };
+                    }
+                    r += 4;
+                }
+                first += pass;
+            }
+            super::x86::lane_tails(
+                y,
+                x,
+                (groups * LANES, rows4, r0, r1),
+                // SAFETY: rows rows4..r1 are within what the caller's contract
+                // bounded for this token, and yt holds their outputs.
+                |yt, xt| unsafe { matvec::<Q4>(yt.as_mut_ptr(), wq, wd, xt, nb, stride, rows4, r1) },
+                // SAFETY: the remaining tokens, all rows, as the caller's contract.
+                |ys, rest| unsafe { matmul_rows::<Q4>(ys, wq, wd, rest, nb, stride, r0, r1) },
+            );
+        }
+
+        /// Rows r..r+4 for one lane group's eight tokens, written at `out` in
+        /// each token's output: per block, each row's lane sums from the tier's
+        /// `lane_row_q8`/`lane_row_q4`, its four weights of quad i broadcast to
+        /// every lane by the load (vpbroadcastd), then the matvec's scale step
+        /// per lane.
+        ///
+        /// # Safety
+        ///
+        /// As `matmul_rows`, rows r..r+4 in bounds, y holding eight tokens with
+        /// out + 4 outputs each.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn lane_group_rows<const Q4: bool>(
+            y: &mut [&mut [f32]],
+            wq: *const u8,
+            wd: *const f32,
+            a: &super::avx2::LaneActs,
+            nb: usize,
+            stride: usize,
+            r: usize,
+            out: usize,
+        ) {
+            use crate::core::quant::{Q4_BLOCK_BYTES, QK};
+            let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+            // One block's four rows of int32 lane sums.
+            let block = |b: usize| {
+                super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
+                let xs = &a.x[b];
+                std::array::from_fn(|j| {
+                    // SAFETY: four bytes at 4i of block b of row r+j are in bounds
+                    // (the caller's contract), as are a's blocks.
+                    let quads = |i: usize| unsafe {
+                        _mm256_set1_epi32(
+                            wq.add((r + j) * stride + b * bb + 4 * i)
+                                .cast::<i32>()
+                                .read_unaligned(),
+                        )
+                    };
+                    if Q4 {
+                        lane_row_q4(quads, xs, a.x8sum[b])
+                    } else {
+                        lane_row_q8(quads, xs, &a.abs[b])
+                    }
+                })
+            };
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut scale = |b: usize, sumi: [__m256i; 4]| {
+                let dx = a.dx[b];
+                for (j, f) in acc.iter_mut().enumerate() {
+                    // SAFETY: row r+j's scale of block b is in bounds.
+                    let dw = unsafe { _mm256_set1_ps(*wd.add((r + j) * nb + b)) };
+                    *f = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi[j]), dw), dx, *f);
+                }
+            };
+            // Q4_0 blocks go in pairs, for the scheduler's sake (6% faster in
+            // cache); Q8_0's eight sums would spill (17% slower).
+            let mut b = 0;
+            while Q4 && b + 2 <= nb {
+                let (s0, s1) = (block(b), block(b + 1));
+                scale(b, s0);
+                scale(b + 1, s1);
+                b += 2;
+            }
+            for b in b..nb {
+                scale(b, block(b));
+            }
+            let mut lanes = [[0.0f32; super::avx2::LANES]; 4];
+            for (j, f) in acc.iter().enumerate() {
+                // SAFETY: lanes[j] holds eight floats.
+                unsafe { _mm256_storeu_ps(lanes[j].as_mut_ptr(), *f) };
+            }
+            for (t, yt) in y.iter_mut().enumerate() {
+                for (j, row) in lanes.iter().enumerate() {
+                    yt[out + j] = row[t];
+                }
+            }
+        }
+    };
+}
+
 /// Activation blocks a stack buffer holds for `block_sums` (K up to 8192
 /// in a matvec); more go to the heap.
 pub(crate) const STACK_BLOCK_SUMS: usize = 256;
