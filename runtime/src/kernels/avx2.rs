@@ -97,14 +97,14 @@ fn block_dot(w: __m256i, x: &XBlock) -> __m256i {
 /// Q4 group weights are the unsigned nibbles q (0–15) themselves, as
 /// vpmaddubsw's unsigned operand: no re-centring, and no sign transfer
 /// per activation (`group_dot`); Q8 blocks are `load_w`'s.
-const Q4_NIBBLE_GROUPS: bool = true;
+pub(super) const Q4_NIBBLE_GROUPS: bool = true;
 
 /// # Safety
 ///
 /// As `load_w`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn load_group_w<const Q4: bool>(p: *const u8) -> __m256i {
+pub(super) unsafe fn load_group_w<const Q4: bool>(p: *const u8) -> __m256i {
     if Q4 {
         // SAFETY: a Q4 block is 16 bytes (the caller's contract).
         let packed = unsafe { _mm_loadu_si128(p.cast()) };

@@ -44,8 +44,27 @@ fn block_dot(w: __m256i, x: &XBlock) -> __m256i {
 
 // All but the block dot is AVX2's: loads, sums, and its scale step
 // sum = fma(sumi·dw, dx, sum) per row and block in order.
-use super::avx2::{hsum1, hsum4, load_w, load_x, scale1, scale4, signed_w, XBlock};
-group_dot_by_block_dots!("avx2,fma,avxvnni", __m256i, XBlock);
+use super::avx2::{hsum1, hsum4, load_group_w, load_w, load_x, scale1, scale4, signed_w, XBlock, Q4_NIBBLE_GROUPS};
+
+/// Four rows' sums of one block, as `hsum4` of their block dots. Q4_0's
+/// group weights are AVX2's unsigned nibbles q (`load_group_w`), which
+/// vpdpbusd multiplies by x with no sign transfer; 8·Σx (`xsum`) taken
+/// off gives Σ(q − 8)·x, the same integers.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+#[inline]
+fn group_dot<const Q4: bool>(w: [__m256i; 4], x: &XBlock, xsum: i32) -> __m128i {
+    if !Q4 {
+        return hsum4(
+            block_dot(w[0], x),
+            block_dot(w[1], x),
+            block_dot(w[2], x),
+            block_dot(w[3], x),
+        );
+    }
+    let dot = |q: __m256i| _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q, x.x);
+    let qx = hsum4(dot(w[0]), dot(w[1]), dot(w[2]), dot(w[3]));
+    _mm_sub_epi32(qx, _mm_set1_epi32(8 * xsum))
+}
 matvec_by_row_groups!("avx2,fma,avxvnni");
 matmul_by_row_groups!("avx2,fma,avxvnni");
 matmul_by_token_lanes!("avx2,fma,avxvnni");
