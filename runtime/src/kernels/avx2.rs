@@ -175,7 +175,7 @@ matmul_by_row_groups!("avx2,fma");
 // every lane by the load itself (vpbroadcastd); the group's rows after the
 // last four go through the matvec, and the tokens after the last whole
 // group through `matmul_rows`'s tiles, as does everything when one group's
-// activations outgrow the stack buffer (K above 3840 for Q8_0, 6528 for
+// activations outgrow the stack buffer (K above 5760 for Q8_0, 9824 for
 // Q4_0). Each lane gets the matvec's exact block sums and float steps for
 // its token, so every output keeps the matvec's bits.
 //
@@ -198,8 +198,8 @@ pub(super) struct LaneActs<'a> {
     pub(super) x8sum: &'a [__m256i],
 }
 
-/// Vectors of `LaneActs` the stack holds for one matmul call: 64 KiB.
-pub(super) const LANE_STACK: usize = 65536 / std::mem::size_of::<__m256i>();
+/// Vectors of `LaneActs` the stack holds for one matmul call: 96 KiB.
+pub(super) const LANE_STACK: usize = 98304 / std::mem::size_of::<__m256i>();
 
 /// Lane groups a pass over the rows takes at most: 128 tokens,
 /// `--batch`'s largest.
