@@ -13,10 +13,12 @@
 //! The matmuls are never re-exported from the tier below: each must be
 //! bit-identical to its own tier's matvec (`scalar`'s module comment), so
 //! every tier has its own: the scalar reference; sse2, sse41, avx2 and
-//! avxvnni (`x86::matmul_by_row_groups!`); avx512vnni; AArch64 neon and
-//! neon_dotprod (`aarch64::neon_matmul!`); sve; ARMv7 neon. Each loads (for
-//! Q4_0: unpacks) a weight block once for several tokens, then gives each
-//! token its matvec's per-block steps.
+//! avxvnni (`x86::matmul_by_row_groups!`'s tiles; avx2 and avxvnni put
+//! eight tokens in int32 lanes first, `x86::matmul_by_token_lanes!` with
+//! each tier's block routines, and sse41 four for Q4_0); avx512vnni;
+//! AArch64 neon and neon_dotprod (`aarch64::neon_matmul!`); sve; ARMv7
+//! neon. Each loads (for Q4_0: unpacks) a weight block once for several
+//! tokens, then gives each token its matvec's per-block steps.
 //! Only the enabled tiers are compiled; the cargo features chain
 //! (`isa-avx512vnni` enables `isa-avxvnni` … enables `isa-sse2`; `isa-sve`
 //! enables `isa-neon-dotprod` enables `isa-neon`), so every module a tier
