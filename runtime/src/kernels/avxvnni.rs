@@ -42,7 +42,8 @@ fn block_dot(w: __m256i, x: &XBlock) -> __m256i {
     _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), x.abs, signed_w(w, x))
 }
 
-// All but the block dot is AVX2's: loads, sums, and its scale step
+// All but the block dots (`block_dot`, `group_dot`, `lane_row_q8`,
+// `lane_row_q4`) is AVX2's: loads, horizontal sums, and its scale step
 // sum = fma(sumi·dw, dx, sum) per row and block in order.
 use super::avx2::{hsum1, hsum4, load_group_w, load_w, load_x, scale1, scale4, signed_w, XBlock, Q4_NIBBLE_GROUPS};
 
