@@ -907,8 +907,13 @@ fn the_context_used_sizes_the_run_not_the_header() {
             "1",
             "--seconds",
             "0.001",
+            // One short prompt: the default pp512 runs take 25 s under qemu.
+            "--prompt",
+            "16",
             "-n",
             "2",
+            "-r",
+            "1",
             "--model",
             &huge,
         ],
