@@ -162,12 +162,10 @@ pub fn run(sh: &Shell, ctx: &Ctx, plan: &RowPlan, built: &mut Vec<BuiltRow>, kee
     if let Some(how) = builder::seed(sh, ctx.root, row, built) {
         progress.done(&row.name, "target dir", 0.0, &how);
     }
-    let first_of_its_kind = !built
-        .iter()
-        .any(|b| builder::shares_target_dir_kind(row, &b.target, &b.rustflags));
+    let first_of_its_kind = first_of_its_kind(row, built);
     let report = build_and_run(sh, ctx, plan);
     let built_ok = report.build.status == StepStatus::Ok;
-    if built_ok {
+    if built_ok && !built.iter().any(|b| b.name == row.name) {
         built.push(BuiltRow {
             name: row.name.clone(),
             target: row.target.clone(),
@@ -182,6 +180,18 @@ pub fn run(sh: &Shell, ctx: &Ctx, plan: &RowPlan, built: &mut Vec<BuiltRow>, kee
         }
     }
     report
+}
+
+/// Whether no other built row's target dir can seed this row's, so that
+/// this one is kept as the seed of its kind. The host scalar row is in
+/// `built` before it runs (the `ml gen` build made its dir) and is the
+/// seed of its kind all the same: without the name check it removed its
+/// own dir, and every later x86-64 row built from nothing (55 s a row
+/// instead of about 22).
+fn first_of_its_kind(row: &Row, built: &[BuiltRow]) -> bool {
+    !built
+        .iter()
+        .any(|b| b.name != row.name && builder::shares_target_dir_kind(row, &b.target, &b.rustflags))
 }
 
 fn build_and_run(sh: &Shell, ctx: &Ctx, plan: &RowPlan) -> RowReport {
@@ -549,5 +559,32 @@ cpus = [{ cpu = "native", expect = "pass" }]
         );
         assert!(p.cells[0].expected_missing.is_empty());
         assert!(p.probe.is_none());
+    }
+
+    #[test]
+    fn the_gen_builds_row_stays_the_seed_of_its_kind() {
+        let host = Host {
+            arch: Some(Arch::X86_64),
+            features: ["sse2", "avx", "avx2", "fma"].map(String::from).to_vec(),
+        };
+        let matrix = Matrix::parse(MATRIX, &host).unwrap();
+        let built_row = |name: &str, target: &str| BuiltRow {
+            name: name.into(),
+            target: target.into(),
+            rustflags: vec![],
+        };
+        let (i686, win) = (&matrix.rows[0], &matrix.rows[1]);
+        // The row whose dir `ml gen`'s build made (same name) keeps it.
+        assert!(first_of_its_kind(i686, &[built_row("sse41", "i686-unknown-linux-gnu")]));
+        // A later row of the same kind is seeded from it, and removed after.
+        assert!(!first_of_its_kind(
+            i686,
+            &[built_row("scalar-i686", "i686-unknown-linux-gnu")]
+        ));
+        // Another triple is a kind of its own.
+        assert!(first_of_its_kind(
+            win,
+            &[built_row("scalar-i686", "i686-unknown-linux-gnu")]
+        ));
     }
 }
