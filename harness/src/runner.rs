@@ -129,7 +129,15 @@ impl Runner {
         let mut child = c.spawn().with_context(what)?;
         let stdout = drain(child.stdout.take());
         let stderr = drain(child.stderr.take());
+        let finished = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hang_watch = matches!(self, Runner::Qemu { .. }).then(|| {
+            let finished = finished.clone();
+            let group = child.id();
+            std::thread::spawn(move || watch_for_a_hang(group, &finished, HUNG_AFTER_SECS))
+        });
         let status = child.wait().with_context(what)?;
+        finished.store(true, std::sync::atomic::Ordering::SeqCst);
+        let hung = hang_watch.is_some_and(|w| w.join().unwrap_or(false));
         let seconds = start.elapsed().as_secs_f64();
         // The group outlives its leader while any member lives, so its id
         // cannot have been reused; with no member left this is a no-op.
@@ -141,13 +149,19 @@ impl Runner {
         let text =
             |h: std::thread::JoinHandle<Vec<u8>>| String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned();
         let code = status.code();
+        let mut stderr = text(stderr);
+        if hung {
+            stderr.push_str(&format!(
+                "\nharness: the run's processes used no CPU for {HUNG_AFTER_SECS} s: stopped as hung\n"
+            ));
+        }
         Ok(RunOutput {
             code,
             signal: status.signal(),
-            timed_out: code == Some(124) && seconds + 1.0 >= timeout_secs as f64,
+            timed_out: hung || (code == Some(124) && seconds + 1.0 >= timeout_secs as f64),
             seconds,
             stdout: text(stdout),
-            stderr: text(stderr),
+            stderr,
         })
     }
 
@@ -247,6 +261,74 @@ pub fn qemu_glibc_tunables(qemu_bin: &str) -> Option<&'static str> {
     }
 }
 
+/// Seconds a qemu run's process group may use no CPU at all before it
+/// counts as hung. qemu-user 7.2 now and then deadlocks in a guest's fork
+/// (a test starting `ml`), and then waited out the whole timeout (300 s)
+/// before its binary ran again; every process of a live run, emulated
+/// code all of it, uses CPU all the time.
+const HUNG_AFTER_SECS: u64 = 60;
+
+/// Watches process group `group` until `finished`; if its processes' CPU
+/// time (and which processes there are) stays the same for `after_secs`,
+/// kills the group and returns true.
+#[cfg(unix)]
+fn watch_for_a_hang(group: u32, finished: &std::sync::atomic::AtomicBool, after_secs: u64) -> bool {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+    let mut last = group_cpu(group);
+    let mut since = Instant::now();
+    while !finished.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = group_cpu(group);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if since.elapsed() >= Duration::from_secs(after_secs) && !finished.load(Ordering::SeqCst) {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{group}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            return true;
+        }
+    }
+    false
+}
+
+/// The processes of process group `group` (pids, sorted) and their CPU
+/// clock ticks, their waited-for children's included, from /proc.
+#[cfg(unix)]
+fn group_cpu(group: u32) -> (Vec<u32>, u64) {
+    let mut pids = Vec::new();
+    let mut ticks = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some(t) = stat_ticks_in_group(&stat, group) {
+            pids.push(pid);
+            ticks += t;
+        }
+    }
+    pids.sort_unstable();
+    (pids, ticks)
+}
+
+/// utime + stime + cutime + cstime of a /proc/PID/stat line, if its
+/// process group is `group`. The command name (field 2) may hold spaces
+/// and parentheses, so the fields are counted from its last ')'.
+#[cfg(unix)]
+fn stat_ticks_in_group(stat: &str, group: u32) -> Option<u64> {
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    // From the state (field 3): pgrp is field 5, utime to cstime 14–17.
+    if fields.get(2)?.parse::<u32>().ok()? != group {
+        return None;
+    }
+    fields.get(11..15)?.iter().map(|f| f.parse::<u64>().ok()).sum()
+}
+
 /// Reads a child's pipe to its end on a thread of its own, so that neither
 /// pipe can fill up and block the child while the other is read.
 fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
@@ -293,6 +375,51 @@ mod tests {
         );
         assert_eq!(r.how(), "qemu:max,sve=off");
         assert_eq!(Runner::Native.prefix(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_stat_line_gives_its_groups_cpu_ticks() {
+        let line = "4242 (qemu-x86_64 (x)) S 1 4240 4240 0 -1 4194560 100 0 0 0 350 25 7 3 20 0 3 0 1 2 3";
+        assert_eq!(stat_ticks_in_group(line, 4240), Some(350 + 25 + 7 + 3));
+        assert_eq!(stat_ticks_in_group(line, 4242), None);
+        assert_eq!(stat_ticks_in_group("4242 (short) S 1 4240", 4240), None);
+        assert_eq!(stat_ticks_in_group("garbage", 4240), None);
+    }
+
+    /// A process that sleeps uses no CPU: the watch stops it as hung.
+    #[test]
+    fn a_run_using_no_cpu_is_stopped_as_hung() {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("sleep").arg("600").process_group(0).spawn().unwrap();
+        let finished = std::sync::atomic::AtomicBool::new(false);
+        let t = Instant::now();
+        let (pids, _) = group_cpu(child.id());
+        assert_eq!(pids, [child.id()]);
+        assert!(watch_for_a_hang(child.id(), &finished, 2));
+        assert!(t.elapsed().as_secs() >= 2);
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9));
+    }
+
+    /// A process that computes for longer than the limit is left alone.
+    #[test]
+    fn a_busy_run_is_not_stopped() {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("timeout")
+            .args(["4", "sh", "-c", "while :; do :; done"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let finished = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watch = {
+            let (finished, group) = (finished.clone(), child.id());
+            std::thread::spawn(move || watch_for_a_hang(group, &finished, 2))
+        };
+        let status = child.wait().unwrap();
+        finished.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(!watch.join().unwrap());
+        assert_eq!(status.code(), Some(124), "timeout ended it, not the watch");
     }
 
     #[test]

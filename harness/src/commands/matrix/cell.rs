@@ -283,14 +283,15 @@ impl CellRun<'_> {
             let mut out = run();
             // qemu-user 7.2 can deadlock in a guest's fork (a test spawning
             // `ml`) before the exec: a hang of the emulator, not of the code
-            // under test. Such a binary runs once more, and the report says so.
+            // under test, stopped once its processes use no CPU for a minute
+            // (runner.rs). Such a binary runs once more, and the report says so.
             let mut first_timed_out = None;
             if let (Runner::Qemu { .. }, Ok(o)) = (runner, &out) {
                 if o.timed_out && expect == Expect::Pass {
                     first_timed_out = Some(o.seconds);
                     ctx.progress.step(
                         &plan.row.name,
-                        &format!("{}: timed out under qemu-user, running it again", exe.name),
+                        &format!("{}: hung or timed out under qemu-user, running it again", exe.name),
                     );
                     out = run();
                 }
@@ -310,7 +311,7 @@ impl CellRun<'_> {
             };
             if let Some(secs) = first_timed_out {
                 test_run.detail = format!(
-                    "{} (on its second run: the first timed out after {secs:.0}s)",
+                    "{} (on its second run: the first hung or timed out, stopped after {secs:.0}s)",
                     test_run.detail
                 );
             }
