@@ -141,11 +141,7 @@ impl Runner {
         let seconds = start.elapsed().as_secs_f64();
         // The group outlives its leader while any member lives, so its id
         // cannot have been reused; with no member left this is a no-op.
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", child.id())])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        kill_group(child.id());
         let text =
             |h: std::thread::JoinHandle<Vec<u8>>| String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned();
         let code = status.code();
@@ -266,6 +262,7 @@ pub fn qemu_glibc_tunables(qemu_bin: &str) -> Option<&'static str> {
 /// (a test starting `ml`), and then waited out the whole timeout (300 s)
 /// before its binary ran again; every process of a live run, emulated
 /// code all of it, uses CPU all the time.
+#[cfg(unix)]
 const HUNG_AFTER_SECS: u64 = 60;
 
 /// Watches process group `group` until `finished`; if its processes' CPU
@@ -283,15 +280,21 @@ fn watch_for_a_hang(group: u32, finished: &std::sync::atomic::AtomicBool, after_
         if now != last {
             (last, since) = (now, Instant::now());
         } else if since.elapsed() >= Duration::from_secs(after_secs) && !finished.load(Ordering::SeqCst) {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{group}")])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            kill_group(group);
             return true;
         }
     }
     false
+}
+
+/// SIGKILL to every process of process group `group`.
+#[cfg(unix)]
+fn kill_group(group: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{group}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// The processes of process group `group` (pids, sorted) and their CPU

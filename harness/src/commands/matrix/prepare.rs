@@ -216,7 +216,7 @@ pub fn prepare<'a>(sh: &Shell, inp: Inputs<'a>) -> Result<Prepared<'a>> {
                     "qemu cells ran with `GLIBC_TUNABLES={tunables}`: the guest's glibc keeps to its \
                      baseline string and memory routines, whose AVX2 and A64FX variants qemu 7.2 runs \
                      about ten times slower; the runtime's own code, its guard and the CPU model are \
-                     unchanged (harness/src/runner.rs)."
+                     unchanged (qemu/README.md)."
                 )
             });
         }
