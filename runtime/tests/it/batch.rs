@@ -163,7 +163,7 @@ fn check_matmul(wtype: WType, seed: u64) {
     let wide_rows: &[usize] = &[1, 13];
     let wide_tokens: &[usize] = &[1, 7, 8, 9, 16, 17, 33];
     for &k in ks {
-        let wide = k > WIDE_K && !cfg!(miri);
+        let wide = k > WIDE_K;
         for &rows in if wide { wide_rows } else { rows_list } {
             let m = Matrix::random(&mut rng, wtype, rows, k);
             for &n in if wide { wide_tokens } else { tokens } {
