@@ -170,14 +170,18 @@ matmul_by_row_groups!("avx2,fma");
 // `tiled_matmul_entry_points!(matmul_lanes)`: one int32 lane per token,
 // so a block's sums for a row and eight tokens come out of the multiplies
 // lane by lane, with no horizontal adds. Each group of eight tokens is
-// transposed once per call (`lane_acts`, on the stack) and run over the
-// rows in fours (`lane_group_rows`), a row's four weights broadcast to
-// every lane by the load itself (vpbroadcastd); the group's rows after the
-// last four go through the matvec, and the tokens after the last whole
-// group through `matmul_rows`'s tiles, as does everything when one group's
-// activations outgrow the stack buffer (K above 5760 for Q8_0, 9824 for
-// Q4_0). Each lane gets the matvec's exact block sums and float steps for
-// its token, so every output keeps the matvec's bits.
+// transposed once per call (`lane_acts`, on the stack), and each four-row
+// group's weights are staged once for all the lane groups (`stage_group`):
+// Q4_0's nibbles one a byte, Q8_0's as they are or, for a tier whose
+// multiply wants them unsigned (`UNSIGNED_Q8`), plus 128. The hot loop
+// then broadcasts a row's four weights to every lane by the load itself
+// (vpbroadcastd) from one small contiguous buffer and unpacks nothing.
+// The group's rows after the last four go through the matvec, and the
+// tokens after the last whole group through `matmul_rows`'s tiles, as
+// does everything when one group's activations outgrow the stack buffer
+// (K above 5760 for AVX2's Q8_0, 9824 otherwise). Each lane gets the
+// matvec's exact block sums and float steps for its token, so every
+// output keeps the matvec's bits.
 //
 // SSE4.1 has no broadcast load: a movd + pshufd per row and four weights
 // cost what the horizontal adds saved, so its Q8_0 stays on the tiles and
@@ -186,16 +190,22 @@ matmul_by_row_groups!("avx2,fma");
 /// Tokens a lane group holds: one per int32 lane.
 pub(super) const LANES: usize = 8;
 
-/// A lane group's activations, transposed so that one load gives
-/// the same four quants (k..k+4) of each of its tokens, lane t for
-/// token t: `x[b][c]` holds block b's quants 4c..4c+4 and `abs`
-/// their magnitudes (Q8_0), `dx[b]` the tokens' scales of block b
-/// and `x8sum[b]` their 8·Σx of block b (Q4_0).
+/// AVX2 multiplies unsigned by signed bytes in int16 pairs, which Q8_0's
+/// weights plus 128 would overflow, so its Q8_0 lanes move x's sign onto
+/// the weight and multiply |x| (`LaneActs::abs`).
+const UNSIGNED_Q8: bool = false;
+
+/// A lane group's activations, transposed so that one load gives the same
+/// four quants (k..k+4) of each of its tokens, lane t for token t:
+/// `x[b][c]` holds block b's quants 4c..4c+4, `dx[b]` the tokens' scales of
+/// block b. For Q4_0, and Q8_0 with unsigned weights, `bias[b]` holds the
+/// tokens' −8·Σx or −128·Σx of block b, which re-centres the staged
+/// weights exactly; for Q8_0 with signed weights, `abs` holds |x|.
 pub(super) struct LaneActs<'a> {
     pub(super) x: &'a [[__m256i; 8]],
     pub(super) abs: &'a [[__m256i; 8]],
     pub(super) dx: &'a [__m256],
-    pub(super) x8sum: &'a [__m256i],
+    pub(super) bias: &'a [__m256i],
 }
 
 /// Vectors of `LaneActs` the stack holds for one matmul call: 96 KiB.
@@ -205,15 +215,19 @@ pub(super) const LANE_STACK: usize = 98304 / std::mem::size_of::<__m256i>();
 /// `--batch`'s largest.
 pub(super) const PASS_GROUPS: usize = 128 / LANES;
 
-/// Vectors one lane group's `LaneActs` take for `nb` blocks: Q8_0
-/// 17 a block, Q4_0 10.
-pub(super) const fn lane_vectors<const Q4: bool>(nb: usize) -> usize {
-    if Q4 {
+/// Vectors one lane group's `LaneActs` take for `nb` blocks: eight of
+/// quants, the scales, and the bias or eight of magnitudes.
+pub(super) const fn lane_vectors<const Q4: bool, const UNSIGNED_Q8: bool>(nb: usize) -> usize {
+    if Q4 || UNSIGNED_Q8 {
         10 * nb
     } else {
         17 * nb
     }
 }
+
+/// Blocks a row has at most when one lane group fits `LANE_STACK`: the
+/// size of `stage_group`'s buffer.
+pub(super) const MAX_LANE_BLOCKS: usize = LANE_STACK / lane_vectors::<true, true>(1);
 
 /// Transposes tokens t0..t0+LANES of `x` into `slots`
 /// (`lane_vectors` long) and returns the view (`LaneActs`).
@@ -222,17 +236,20 @@ pub(super) const fn lane_vectors<const Q4: bool>(nb: usize) -> usize {
 ///
 /// The CPU has AVX2 and x holds tokens t0..t0+LANES.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn lane_acts<'a, const Q4: bool>(
+pub(super) unsafe fn lane_acts<'a, const Q4: bool, const UNSIGNED_Q8: bool>(
     x: &crate::core::tensor::QActs,
     t0: usize,
     slots: &'a mut [std::mem::MaybeUninit<__m256i>],
 ) -> LaneActs<'a> {
     use crate::core::quant::QK;
     let nb = x.cols / QK;
+    let biased = Q4 || UNSIGNED_Q8;
+    let centre = if Q4 { 8 } else { 128 };
     let tokens: [crate::core::tensor::QAct; LANES] = std::array::from_fn(|t| x.token(t0 + t));
     let (xs, rest) = slots.split_at_mut(8 * nb);
-    let (abs, rest) = rest.split_at_mut(if Q4 { 0 } else { 8 * nb });
-    let (dx, x8sum) = rest.split_at_mut(nb);
+    let (abs, rest) = rest.split_at_mut(if biased { 0 } else { 8 * nb });
+    let (dx, rest) = rest.split_at_mut(nb);
+    let bias = &mut rest[..if biased { nb } else { 0 }];
     // SAFETY: a LANES-long i32 array is one vector.
     let lanes = |v: [i32; LANES]| unsafe { _mm256_loadu_si256(v.as_ptr().cast()) };
     for b in 0..nb {
@@ -242,18 +259,19 @@ pub(super) unsafe fn lane_acts<'a, const Q4: bool>(
                 i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
             }));
             xs[b * 8 + c].write(v);
-            if !Q4 {
+            if !biased {
                 abs[b * 8 + c].write(_mm256_abs_epi8(v));
             }
         }
         // The scales' bits, read back as floats through `LaneActs`.
         dx[b].write(lanes(std::array::from_fn(|t| tokens[t].d[b].to_bits() as i32)));
-        if Q4 {
-            x8sum[b].write(lanes(std::array::from_fn(|t| {
-                8 * tokens[t].q[b * QK..(b + 1) * QK]
-                    .iter()
-                    .map(|&v| i32::from(v))
-                    .sum::<i32>()
+        if biased {
+            bias[b].write(lanes(std::array::from_fn(|t| {
+                -centre
+                    * tokens[t].q[b * QK..(b + 1) * QK]
+                        .iter()
+                        .map(|&v| i32::from(v))
+                        .sum::<i32>()
             })));
         }
     }
@@ -267,7 +285,113 @@ pub(super) unsafe fn lane_acts<'a, const Q4: bool>(
             x: eights(xs),
             abs: eights(abs),
             dx: std::slice::from_raw_parts(dx.as_ptr().cast::<__m256>(), dx.len()),
-            x8sum: std::slice::from_raw_parts(x8sum.as_ptr().cast::<__m256i>(), x8sum.len()),
+            bias: std::slice::from_raw_parts(bias.as_ptr().cast::<__m256i>(), bias.len()),
+        }
+    }
+}
+
+/// Rows r..r+4's weights block by block into `out` (block b of row r+j at
+/// 4b + j) and returns them: Q4_0's nibbles one a byte in quant order
+/// (unsigned, 0–15), Q8_0's as they are or, with `UNSIGNED_Q8`, plus 128
+/// (an xor). Asks for the blocks a step ahead as the matvec does.
+///
+/// # Safety
+///
+/// The CPU has AVX2; blocks 0..nb of rows r..r+4 and their scales are in
+/// bounds; `out` holds at least 4·nb blocks.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn stage_group<const Q4: bool, const UNSIGNED_Q8: bool>(
+    wq: *const u8,
+    wd: *const f32,
+    stride: usize,
+    nb: usize,
+    r: usize,
+    out: &mut [std::mem::MaybeUninit<[u8; crate::core::quant::QK]>],
+) -> &[[u8; crate::core::quant::QK]] {
+    use crate::core::quant::{Q4_BLOCK_BYTES, QK};
+    let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+    let (flip, low4) = (_mm256_set1_epi8(-128), _mm_set1_epi8(0x0F));
+    for b in 0..nb {
+        super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
+        for j in 0..4 {
+            // SAFETY: block b of row r+j is in bounds (the caller's
+            // contract): 16 bytes (Q4) or 32.
+            let v = unsafe {
+                let src = wq.add((r + j) * stride + b * bb);
+                if Q4 {
+                    // Low nibbles are quants 0–15, high ones 16–31.
+                    let packed = _mm_loadu_si128(src.cast());
+                    let (lo, hi) = (
+                        _mm_and_si128(packed, low4),
+                        _mm_and_si128(_mm_srli_epi16(packed, 4), low4),
+                    );
+                    _mm256_set_m128i(hi, lo)
+                } else if UNSIGNED_Q8 {
+                    _mm256_xor_si256(_mm256_loadu_si256(src.cast()), flip)
+                } else {
+                    _mm256_loadu_si256(src.cast())
+                }
+            };
+            // SAFETY: out holds 4·nb blocks of QK bytes (the caller's
+            // contract).
+            unsafe { _mm256_storeu_si256(out[4 * b + j].as_mut_ptr().cast(), v) };
+        }
+    }
+    // SAFETY: the first 4·nb blocks were written above; MaybeUninit<T>
+    // has T's layout.
+    unsafe { std::slice::from_raw_parts(out.as_ptr().cast::<[u8; QK]>(), 4 * nb) }
+}
+
+/// Where `matmul_by_token_lanes!` reads a four-row group's weight blocks:
+/// the copy `stage_group` made, or the matrix itself for Q8_0 weights used
+/// as they are (a copy bought nothing there, and cost a fifth at K = 4096,
+/// where one lane group fills a pass and nothing shares it).
+#[derive(Clone, Copy)]
+pub(super) struct GroupWeights {
+    base: *const u8,
+    row_step: usize,
+    block_step: usize,
+    /// The matrix's row stride when `base` is in it (the blocks are then
+    /// asked for ahead as they are read), 0 for a staged copy.
+    matrix_stride: usize,
+}
+
+impl GroupWeights {
+    pub(super) fn staged(blocks: &[[u8; crate::core::quant::QK]]) -> Self {
+        use crate::core::quant::QK;
+        GroupWeights {
+            base: blocks.as_ptr().cast(),
+            row_step: QK,
+            block_step: 4 * QK,
+            matrix_stride: 0,
+        }
+    }
+
+    /// Q8_0 rows r..r+4 of the matrix at wq.
+    pub(super) fn in_matrix(wq: *const u8, stride: usize, r: usize) -> Self {
+        use crate::core::quant::QK;
+        GroupWeights {
+            base: wq.wrapping_add(r * stride),
+            row_step: stride,
+            block_step: QK,
+            matrix_stride: stride,
+        }
+    }
+
+    /// Block b of the group's row j.
+    #[inline(always)]
+    pub(super) fn block(&self, j: usize, b: usize) -> *const u8 {
+        self.base.wrapping_add(j * self.row_step + b * self.block_step)
+    }
+
+    /// Asks for the group's block b ahead when it is read from the matrix
+    /// (`stage_group` asked already for a staged copy's).
+    #[inline(always)]
+    pub(super) fn prefetch(&self, wd: *const f32, nb: usize, r: usize, b: usize) {
+        use crate::core::quant::QK;
+        if self.matrix_stride != 0 {
+            let wq = self.base.wrapping_sub(r * self.matrix_stride);
+            super::prefetch::row_group::<false>(wq, wd, self.matrix_stride, nb, r, b, 1, QK);
         }
     }
 }
@@ -279,7 +403,8 @@ matmul_by_token_lanes!("avx2,fma");
 /// vpmaddwd to int32, in two add chains.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn lane_row_q8(w: impl Fn(usize) -> __m256i, x: &[__m256i; 8], abs: &[__m256i; 8]) -> __m256i {
+fn lane_row_q8(w: impl Fn(usize) -> __m256i, a: &LaneActs, b: usize) -> __m256i {
+    let (x, abs) = (&a.x[b], &a.abs[b]);
     let ones = _mm256_set1_epi16(1);
     let unit = |c: usize| _mm256_madd_epi16(_mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(w(c), x[c])), ones);
     let (mut even, mut odd) = (unit(0), unit(1));
@@ -291,23 +416,19 @@ fn lane_row_q8(w: impl Fn(usize) -> __m256i, x: &[__m256i; 8], abs: &[__m256i; 8
 }
 
 /// One row's Q4_0 block sums for a lane group (`matmul_by_token_lanes!`):
-/// the unsigned nibbles times x summed in int16 over the block (eight
-/// terms of at most 2·15·127: 30480), widened once, less 8·Σx.
+/// the staged nibbles times x summed in int16 over the block (eight terms
+/// of at most 2·15·127: 30480), widened once, less 8·Σx.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn lane_row_q4(w: impl Fn(usize) -> __m256i, x: &[__m256i; 8], x8sum: __m256i) -> __m256i {
-    let low4 = _mm256_set1_epi8(0x0F);
-    let mut s = _mm256_setzero_si256();
-    for i in 0..4 {
-        let raw = w(i);
-        let lo = _mm256_and_si256(raw, low4);
-        let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-        s = _mm256_add_epi16(
-            s,
-            _mm256_add_epi16(_mm256_maddubs_epi16(lo, x[i]), _mm256_maddubs_epi16(hi, x[4 + i])),
-        );
+fn lane_row_q4(w: impl Fn(usize) -> __m256i, a: &LaneActs, b: usize) -> __m256i {
+    let x = &a.x[b];
+    let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for c in (0..8).step_by(2) {
+        even = _mm256_add_epi16(even, _mm256_maddubs_epi16(w(c), x[c]));
+        odd = _mm256_add_epi16(odd, _mm256_maddubs_epi16(w(c + 1), x[c + 1]));
     }
-    _mm256_sub_epi32(_mm256_madd_epi16(s, _mm256_set1_epi16(1)), x8sum)
+    let s = _mm256_add_epi16(even, odd);
+    _mm256_add_epi32(_mm256_madd_epi16(s, _mm256_set1_epi16(1)), a.bias[b])
 }
 
 // ---------------------------------------------------------------------------

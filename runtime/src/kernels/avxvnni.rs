@@ -9,9 +9,11 @@
 //! weight with vpsignb.
 //!
 //! The matmul is AVX2's token lanes (`x86::matmul_by_token_lanes!`), one
-//! int32 lane per token, with vpdpbusd for each row's block sums: Q8_0 one
-//! vpsignb + vpdpbusd per quad against AVX2's four steps, and Q4_0's
-//! unsigned nibbles multiplied straight into int32 with no int16 stage.
+//! int32 lane per token, with vpdpbusd for each row's block sums. Its
+//! unsigned operand is the weights, staged once per four-row group (Q8_0's
+//! plus 128, Q4_0's nibbles one a byte), so a quad is one broadcast load
+//! and one vpdpbusd for eight tokens, Q8_0 and Q4_0 alike (AVX2: four
+//! steps for Q8_0, two for Q4_0).
 //!
 //! Not to be confused with AVX-512 VNNI: a CPU may have either without the
 //! other (Zen 4 has only AVX-512 VNNI), so the avx512vnni tier does not use
@@ -42,10 +44,12 @@ fn block_dot(w: __m256i, x: &XBlock) -> __m256i {
     _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), x.abs, signed_w(w, x))
 }
 
-// All but the block dots (`block_dot`, `group_dot`, `lane_row_q8`,
-// `lane_row_q4`) is AVX2's: loads, horizontal sums, and its scale step
+// All but the block dots (`block_dot`, `group_dot`, `lane_row`) is
+// AVX2's: loads, horizontal sums, the lanes' staging, and its scale step
 // sum = fma(sumi·dw, dx, sum) per row and block in order.
-use super::avx2::{hsum1, hsum4, load_group_w, load_w, load_x, scale1, scale4, signed_w, XBlock, Q4_NIBBLE_GROUPS};
+use super::avx2::{
+    hsum1, hsum4, load_group_w, load_w, load_x, scale1, scale4, signed_w, LaneActs, XBlock, Q4_NIBBLE_GROUPS,
+};
 
 /// Four rows' sums of one block, as `hsum4` of their block dots. Q4_0's
 /// group weights are AVX2's unsigned nibbles q (`load_group_w`), which
@@ -70,32 +74,26 @@ matvec_by_row_groups!("avx2,fma,avxvnni");
 matmul_by_row_groups!("avx2,fma,avxvnni");
 matmul_by_token_lanes!("avx2,fma,avxvnni");
 
-/// One row's Q8_0 block sums for a lane group (`matmul_by_token_lanes!`):
-/// per quad c, vpsignb moves x's sign onto the weight and vpdpbusd adds
-/// |x|·w into int32, in two chains for vpdpbusd's latency.
+/// vpdpbusd wants its unsigned operand on one side: the lanes stage Q8_0's
+/// weights plus 128 (`avx2::stage_group`) and start each lane from
+/// −128·Σx, so a quad is one broadcast load and one vpdpbusd, with no sign
+/// moved per weight and token.
+const UNSIGNED_Q8: bool = true;
+
+/// One row's block sums for a lane group (`matmul_by_token_lanes!`), Q8_0
+/// and Q4_0 alike: the staged unsigned weights (Q8_0's plus 128, Q4_0's
+/// nibbles) times x straight into int32, one vpdpbusd a quad in two chains
+/// for its latency, the first starting from the tokens' −128·Σx or −8·Σx.
 #[target_feature(enable = "avx2,fma,avxvnni")]
 #[inline]
-fn lane_row_q8(w: impl Fn(usize) -> __m256i, x: &[__m256i; 8], abs: &[__m256i; 8]) -> __m256i {
-    let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+fn lane_row(w: impl Fn(usize) -> __m256i, a: &LaneActs, b: usize) -> __m256i {
+    let x = &a.x[b];
+    let (mut even, mut odd) = (a.bias[b], _mm256_setzero_si256());
     for c in (0..8).step_by(2) {
-        even = _mm256_dpbusd_avx_epi32(even, abs[c], _mm256_sign_epi8(w(c), x[c]));
-        odd = _mm256_dpbusd_avx_epi32(odd, abs[c + 1], _mm256_sign_epi8(w(c + 1), x[c + 1]));
+        even = _mm256_dpbusd_avx_epi32(even, w(c), x[c]);
+        odd = _mm256_dpbusd_avx_epi32(odd, w(c + 1), x[c + 1]);
     }
     _mm256_add_epi32(even, odd)
 }
-
-/// One row's Q4_0 block sums for a lane group (`matmul_by_token_lanes!`):
-/// vpdpbusd multiplies the unsigned nibbles by x straight into int32, the
-/// low nibbles' chain starting from −8·Σx.
-#[target_feature(enable = "avx2,fma,avxvnni")]
-#[inline]
-fn lane_row_q4(w: impl Fn(usize) -> __m256i, x: &[__m256i; 8], x8sum: __m256i) -> __m256i {
-    let low4 = _mm256_set1_epi8(0x0F);
-    let (mut lo, mut hi) = (_mm256_sub_epi32(_mm256_setzero_si256(), x8sum), _mm256_setzero_si256());
-    for i in 0..4 {
-        let raw = w(i);
-        lo = _mm256_dpbusd_avx_epi32(lo, _mm256_and_si256(raw, low4), x[i]);
-        hi = _mm256_dpbusd_avx_epi32(hi, _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4), x[4 + i]);
-    }
-    _mm256_add_epi32(lo, hi)
-}
+use lane_row as lane_row_q8;
+use lane_row as lane_row_q4;

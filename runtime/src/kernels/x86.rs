@@ -132,15 +132,18 @@ pub(crate) fn lane_tails(
 /// so a block's sums for a row and eight tokens come out of the multiplies
 /// lane by lane, with no horizontal adds (avx2.rs, "Token lanes", says
 /// how). The tier names in scope, besides `matvec_by_row_groups!`'s
-/// `matvec` and `matmul_by_row_groups!`'s `matmul_rows`, one row's block
-/// sums for a lane group, given its four weights at quad i broadcast to
-/// every lane (`w(i)`) and the group's activation block (`avx2::LaneActs`):
+/// `matvec` and `matmul_by_row_groups!`'s `matmul_rows`, whether its Q8_0
+/// weights are staged unsigned (`const UNSIGNED_Q8: bool`, which
+/// `avx2::stage_group` and `avx2::lane_acts` follow) and one row's block
+/// sums for a lane group, given its four staged weights at quad c
+/// broadcast to every lane (`w(c)`) and the group's activations
+/// (`avx2::LaneActs`) of block b:
 ///
-/// * `fn lane_row_q8(w, x: &[__m256i; 8], abs: &[__m256i; 8]) -> __m256i`:
-///   Σ w·x over the eight quads;
-/// * `fn lane_row_q4(w, x: &[__m256i; 8], x8sum: __m256i) -> __m256i`:
-///   Σ q·x over the block's unsigned nibbles (low nibbles of quads 0–3
-///   with x quads 0–3, high nibbles with 4–7), less 8·Σx.
+/// * `fn lane_row_q8(w, a: &LaneActs, b) -> __m256i`: Σ w·x over the
+///   eight quads (Q8_0 weights as they are, read from the matrix, or
+///   staged plus 128);
+/// * `fn lane_row_q4(w, a: &LaneActs, b) -> __m256i`: Σ (q − 8)·x over
+///   the block's staged nibbles q.
 ///
 /// Integer sums are exact in any order, so every tier's lanes hold the
 /// matvec's block sums, and the float steps are the matvec's.
@@ -164,8 +167,12 @@ macro_rules! matmul_by_token_lanes {
             r0: usize,
             r1: usize,
         ) {
-            use super::avx2::{lane_acts, lane_vectors, LaneActs, LANES, LANE_STACK, PASS_GROUPS};
-            let per_group = lane_vectors::<Q4>(nb);
+            use super::avx2::{
+                lane_acts, lane_vectors, stage_group, GroupWeights, LaneActs, LANES, LANE_STACK, MAX_LANE_BLOCKS,
+                PASS_GROUPS,
+            };
+            use std::mem::MaybeUninit;
+            let per_group = lane_vectors::<Q4, UNSIGNED_Q8>(nb);
             let fit = (LANE_STACK / per_group).min(PASS_GROUPS);
             let groups = x.n / LANES;
             let rows4 = r0 + (r1 - r0) / 4 * 4;
@@ -173,7 +180,8 @@ macro_rules! matmul_by_token_lanes {
                 // SAFETY: the caller's contract is matmul_rows's.
                 return unsafe { matmul_rows::<Q4>(y, wq, wd, x, nb, stride, r0, r1) };
             }
-            let mut stack = [std::mem::MaybeUninit::<__m256i>::uninit(); LANE_STACK];
+            let mut stack = [MaybeUninit::<__m256i>::uninit(); LANE_STACK];
+            let mut staged = [MaybeUninit::<[u8; crate::core::quant::QK]>::uninit(); 4 * MAX_LANE_BLOCKS];
             let mut first = 0;
             while first < groups {
                 let pass = fit.min(groups - first);
@@ -181,15 +189,24 @@ macro_rules! matmul_by_token_lanes {
                 for (g, slots) in stack.chunks_exact_mut(per_group).take(pass).enumerate() {
                     // SAFETY: AVX2 (the caller's contract); the pass's tokens
                     // exist.
-                    acts[g] = Some(unsafe { lane_acts::<Q4>(x, (first + g) * LANES, slots) });
+                    acts[g] = Some(unsafe { lane_acts::<Q4, UNSIGNED_Q8>(x, (first + g) * LANES, slots) });
                 }
                 let ys = &mut y[first * LANES..(first + pass) * LANES];
                 let mut r = r0;
                 while r < rows4 {
+                    let w = if Q4 || UNSIGNED_Q8 {
+                        // SAFETY: rows r..r+4 lie in [r0, r1), bounded for
+                        // every token by the caller's contract; nb ≤
+                        // MAX_LANE_BLOCKS, since one lane group fits the stack.
+                        let blocks = unsafe { stage_group::<Q4, UNSIGNED_Q8>(wq, wd, stride, nb, r, &mut staged) };
+                        GroupWeights::staged(blocks)
+                    } else {
+                        GroupWeights::in_matrix(wq, stride, r)
+                    };
                     for (a, yg) in acts.iter().flatten().zip(ys.chunks_exact_mut(LANES)) {
-                        // SAFETY: rows r..r+4 lie in [r0, r1), bounded for every
-                        // token by the caller's contract; yg holds eight tokens.
-                        unsafe { lane_group_rows::<Q4>(yg, wq, wd, a, nb, stride, r, r - r0) };
+                        // SAFETY: rows r..r+4 and their scales are in bounds
+                        // (as above); yg holds eight tokens.
+                        unsafe { lane_group_rows::<Q4>(yg, w, wd, a, nb, r, r - r0) };
                     }
                     r += 4;
                 }
@@ -209,49 +226,43 @@ macro_rules! matmul_by_token_lanes {
 
         /// Rows r..r+4 for one lane group's eight tokens, written at `out` in
         /// each token's output: per block, each row's lane sums from the tier's
-        /// `lane_row_q8`/`lane_row_q4`, its four weights of quad i broadcast to
-        /// every lane by the load (vpbroadcastd), then the matvec's scale step
-        /// per lane.
+        /// `lane_row_q8`/`lane_row_q4`, its four weights of quad c (staged or
+        /// in the matrix, `w`) broadcast to every lane by the load
+        /// (vpbroadcastd), then the matvec's scale step per lane.
         ///
         /// # Safety
         ///
-        /// As `matmul_rows`, rows r..r+4 in bounds, y holding eight tokens with
+        /// The CPU has the tier's features; blocks 0..nb of rows r..r+4 (in
+        /// `w`) and their scales are in bounds; y holds eight tokens with
         /// out + 4 outputs each.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
         #[inline]
         unsafe fn lane_group_rows<const Q4: bool>(
             y: &mut [&mut [f32]],
-            wq: *const u8,
+            w: super::avx2::GroupWeights,
             wd: *const f32,
             a: &super::avx2::LaneActs,
             nb: usize,
-            stride: usize,
             r: usize,
             out: usize,
         ) {
-            use crate::core::quant::{Q4_BLOCK_BYTES, QK};
-            let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
             // One block's four rows of int32 lane sums.
             let block = |b: usize| {
-                super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
-                let xs = &a.x[b];
-                std::array::from_fn(|j| {
-                    // SAFETY: four bytes at 4i of block b of row r+j are in bounds
-                    // (the caller's contract), as are a's blocks.
-                    let quads = |i: usize| unsafe {
-                        _mm256_set1_epi32(
-                            wq.add((r + j) * stride + b * bb + 4 * i)
-                                .cast::<i32>()
-                                .read_unaligned(),
-                        )
-                    };
-                    if Q4 {
-                        lane_row_q4(quads, xs, a.x8sum[b])
+                w.prefetch(wd, nb, r, b);
+                let mut sums = [_mm256_setzero_si256(); 4];
+                for (j, s) in sums.iter_mut().enumerate() {
+                    let row = w.block(j, b);
+                    // SAFETY: the block's 32 bytes are in bounds (the
+                    // caller's contract), c < 8.
+                    let quads = |c: usize| unsafe { _mm256_set1_epi32(row.add(4 * c).cast::<i32>().read_unaligned()) };
+                    *s = if Q4 {
+                        lane_row_q4(quads, a, b)
                     } else {
-                        lane_row_q8(quads, xs, &a.abs[b])
-                    }
-                })
+                        lane_row_q8(quads, a, b)
+                    };
+                }
+                sums
             };
             let mut acc = [_mm256_setzero_ps(); 4];
             let mut scale = |b: usize, sumi: [__m256i; 4]| {
