@@ -161,7 +161,53 @@ pub(super) fn hsum1(v: __m256i) -> i32 {
 
 // Each row computes sum = fma(sumi·dw, dx, sum) over its blocks in order.
 pub(super) use super::x86::{scale_fma1 as scale1, scale_fma4 as scale4};
-matvec_by_row_groups!("avx2,fma");
+matvec_by_row_groups!("avx2,fma", q4_pairs: pair_dot_q4);
+
+/// Activation blocks b and b+1 (64 quants at x) as the pair step wants
+/// them, against a row's 32 packed bytes of both blocks: quants 0–15 of
+/// each (the low nibbles' partners), quants 16–31 of each (the high
+/// nibbles'), and 8·Σx of each block over four int32 lanes, block b low.
+///
+/// # Safety
+///
+/// `x` is readable for 2·QK bytes.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) unsafe fn pair_x(x: *const i8, xsums: [i32; 2]) -> (__m256i, __m256i, __m256i) {
+    // SAFETY: two blocks of QK bytes (the caller's contract).
+    let (b0, b1) = unsafe { (_mm256_loadu_si256(x.cast()), _mm256_loadu_si256(x.add(32).cast())) };
+    let bias = _mm256_set_m128i(_mm_set1_epi32(8 * xsums[1]), _mm_set1_epi32(8 * xsums[0]));
+    (
+        _mm256_permute2x128_si256::<0x20>(b0, b1),
+        _mm256_permute2x128_si256::<0x31>(b0, b1),
+        bias,
+    )
+}
+
+/// The matvec's Q4_0 step over blocks b and b+1 of four rows
+/// (`matvec_by_row_groups!`'s `q4_pairs`): one 32-byte load a row holds
+/// both blocks' nibbles, so no lane insert per row; vpmaddubsw multiplies
+/// the unsigned nibbles by x, each row's two halves add in int16 (four
+/// products of at most 15·127), two vphaddw bring the four rows together
+/// (sixteen products: 30480), one vpmaddwd widens, and 8·Σx comes off.
+///
+/// # Safety
+///
+/// `x` is readable for 2·QK bytes.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn pair_dot_q4(w: [__m256i; 4], x: *const i8, xsums: [i32; 2]) -> __m256i {
+    // SAFETY: the caller's contract.
+    let (lo_x, hi_x, bias) = unsafe { pair_x(x, xsums) };
+    let low4 = _mm256_set1_epi8(0x0F);
+    let v = w.map(|p| {
+        let lo = _mm256_maddubs_epi16(_mm256_and_si256(p, low4), lo_x);
+        let hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p, 4), low4), hi_x);
+        _mm256_add_epi16(lo, hi)
+    });
+    let h = _mm256_hadd_epi16(_mm256_hadd_epi16(v[0], v[1]), _mm256_hadd_epi16(v[2], v[3]));
+    _mm256_sub_epi32(_mm256_madd_epi16(h, _mm256_set1_epi16(1)), bias)
+}
 matmul_by_row_groups!("avx2,fma");
 
 // ---------------------------------------------------------------------------

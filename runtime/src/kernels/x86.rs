@@ -36,6 +36,23 @@ pub(crate) unsafe fn row_scales(wd: *const f32, r: usize, nb: usize, b: usize) -
     }
 }
 
+#[cfg(feature = "isa-avx2")]
+/// The scales of rows r..r+4 for blocks b and b+1 (`row_scales` of each):
+/// one 8-byte load a row, since a row's scales are contiguous.
+///
+/// # Safety
+///
+/// `wd[(r + j)·nb + b]` and the next are readable for j < 4.
+#[target_feature(enable = "sse2")]
+#[inline]
+pub(crate) unsafe fn row_scales2(wd: *const f32, r: usize, nb: usize, b: usize) -> [__m128; 2] {
+    // SAFETY: the caller guarantees the eight scales are readable.
+    let row = |j: usize| unsafe { _mm_castpd_ps(_mm_load_sd(wd.add((r + j) * nb + b).cast())) };
+    // [r0 b, r1 b, r0 b+1, r1 b+1] and the same for rows 2 and 3.
+    let (t01, t23) = (_mm_unpacklo_ps(row(0), row(1)), _mm_unpacklo_ps(row(2), row(3)));
+    [_mm_movelh_ps(t01, t23), _mm_movehl_ps(t23, t01)]
+}
+
 /// acc + (sumi·dw)·dx for four rows: the scalar kernel's operations in its
 /// order, so the sse2/sse41 matvecs are bit-identical to it.
 #[target_feature(enable = "sse2")]
@@ -347,8 +364,15 @@ pub(crate) fn block_sums<'a>(
 /// then one at a time. Each row adds its blocks' scaled sums in block order
 /// with the same operations in the group and in the tail, so a row's result
 /// does not depend on how [r0, r1) splits into groups.
+///
+/// A tier may name `q4_pairs: f`, its Q4_0 step over two blocks at once:
+/// `unsafe fn f(w: [__m256i; 4], x: *const i8, xsums: [i32; 2]) -> __m256i`
+/// takes the four rows' 32 packed bytes of blocks b and b+1 (contiguous in
+/// a row), the activation's 64 quants there and their block sums Σx, and
+/// returns the rows' block sums Σ(q − 8)·x, block b in the low half. The
+/// scale steps then run block after block as ever.
 macro_rules! matvec_by_row_groups {
-    ($features:literal) => {
+    ($features:literal $(, q4_pairs: $pair_dot:ident)?) => {
         /// # Safety
         ///
         /// The CPU has the tier's features and `check_matvec` has accepted
@@ -374,7 +398,25 @@ macro_rules! matvec_by_row_groups {
             let mut r = r0;
             while r + 4 <= r1 {
                 let mut acc = _mm_setzero_ps();
-                for b in 0..nb {
+                #[allow(unused_mut)]
+                let mut b = 0;
+                $(
+                    while Q4 && b + 2 <= nb {
+                        super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 2, bb);
+                        // SAFETY: check_matvec bounded rows r..r+4, their
+                        // blocks b and b+1 (the 32 bytes from block b's) and
+                        // scales, and activation blocks b and b+1.
+                        let (sumi, dw, dx) = unsafe {
+                            let w = |j: usize| _mm256_loadu_si256(wq.add((r + j) * stride + b * bb).cast());
+                            let sumi = $pair_dot([w(0), w(1), w(2), w(3)], xq.add(b * QK), [xsums[b], xsums[b + 1]]);
+                            (sumi, super::x86::row_scales2(wd, r, nb, b), [*xd.add(b), *xd.add(b + 1)])
+                        };
+                        acc = scale4(acc, _mm256_castsi256_si128(sumi), dw[0], dx[0]);
+                        acc = scale4(acc, _mm256_extracti128_si256::<1>(sumi), dw[1], dx[1]);
+                        b += 2;
+                    }
+                )?
+                for b in b..nb {
                     super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
                     let xsum = if nibbles { xsums[b] } else { 0 };
                     // SAFETY: check_matvec bounded rows r..r+4 (r + 4 ≤ r1),
