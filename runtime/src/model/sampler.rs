@@ -73,15 +73,34 @@ pub struct Sampler {
 }
 
 /// Index of the largest finite-or-not value; the lowest index wins ties and
-/// NaN never wins, so the result is deterministic for any input.
+/// NaN never wins, so the result is deterministic for any input (0 when
+/// every value is NaN).
+///
+/// Two passes the compiler vectorizes, where one loop comparing with the
+/// best so far took 5% of a greedy decode of a stories15M-shaped model
+/// (32000 logits): the largest non-NaN value (NaN is never `>`, so it is
+/// skipped), kept in lanes; then the first value equal to it (`==` ties
+/// −0.0 with 0.0, as `>` did), looked for a lane group at a time.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
-            best = i;
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let groups = logits.chunks_exact(LANES);
+    let rest = groups.remainder();
+    for group in groups {
+        for (m, &v) in lanes.iter_mut().zip(group) {
+            if v > *m {
+                *m = v;
+            }
         }
     }
-    best as u32
+    let larger = |m: f32, &v: &f32| if v > m { v } else { m };
+    let max = lanes.iter().chain(rest).fold(f32::NEG_INFINITY, larger);
+    let group = logits
+        .chunks(LANES)
+        .position(|g| g.iter().fold(false, |found, &v| found | (v == max)))
+        .unwrap_or(0);
+    let at = logits[group * LANES..].iter().position(|&v| v == max);
+    at.map_or(0, |i| group * LANES + i) as u32
 }
 
 /// Where the chain ends: one token, or weighted candidates.

@@ -29,6 +29,62 @@ fn greedy_is_argmax_with_lowest_index_on_ties() {
     assert_eq!(argmax(&[f32::NEG_INFINITY, f32::INFINITY]), 1);
 }
 
+/// The plain definition `argmax` must agree with: the first value above
+/// all before it, a NaN best giving way to any number.
+fn argmax_reference(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn argmax_agrees_with_its_definition_on_every_kind_of_input() {
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1.0,
+        f32::MAX,
+        -f32::MAX,
+    ];
+    let mut rng = Rng::new(11);
+    let lengths: &[usize] = if cfg!(miri) {
+        &[1, 17, 40]
+    } else {
+        &[1, 2, 15, 16, 17, 31, 32, 33, 100, 32000]
+    };
+    for &n in lengths {
+        for case in 0..if cfg!(miri) { 4 } else { 60 } {
+            // Few distinct values, so ties and specials land anywhere,
+            // the maximum in the tail or the first lanes included.
+            let l: Vec<f32> = (0..n)
+                .map(|_| {
+                    let r = rng.symmetric(1.0);
+                    match case % 4 {
+                        0 => r,
+                        1 => (r * 3.0).round(),
+                        2 => specials[((r + 1.0) * 4.0) as usize % specials.len()],
+                        _ if r > 0.9 => 2.0,
+                        _ => f32::NAN,
+                    }
+                })
+                .collect();
+            assert_eq!(argmax(&l), argmax_reference(&l), "n {n}, case {case}: {l:?}");
+        }
+    }
+    assert_eq!(argmax(&[f32::NAN; 40]), 0);
+    assert_eq!(argmax(&[-0.0, 0.0, -0.0]), 0);
+    let mut tail = vec![f32::NEG_INFINITY; 35];
+    tail[34] = -1.0;
+    assert_eq!(argmax(&tail), 34);
+}
+
 #[test]
 fn same_seed_same_tokens() {
     let rounds = DRAWS / 100;
