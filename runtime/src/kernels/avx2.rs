@@ -188,7 +188,7 @@ pub(super) unsafe fn pair_x(x: *const i8, xsums: [i32; 2]) -> (__m256i, __m256i,
 /// (`matvec_by_row_groups!`'s `q4_pairs`): one 32-byte load a row holds
 /// both blocks' nibbles, so no lane insert per row; vpmaddubsw multiplies
 /// the unsigned nibbles by x, each row's two halves add in int16 (four
-/// products of at most 15·127), two vphaddw bring the four rows together
+/// products of at most 15·127), three vphaddw bring the four rows together
 /// (sixteen products: 30480), one vpmaddwd widens, and 8·Σx comes off.
 ///
 /// # Safety
@@ -208,6 +208,7 @@ unsafe fn pair_dot_q4(w: [__m256i; 4], x: *const i8, xsums: [i32; 2]) -> __m256i
     let h = _mm256_hadd_epi16(_mm256_hadd_epi16(v[0], v[1]), _mm256_hadd_epi16(v[2], v[3]));
     _mm256_sub_epi32(_mm256_madd_epi16(h, _mm256_set1_epi16(1)), bias)
 }
+
 matmul_by_row_groups!("avx2,fma");
 
 // ---------------------------------------------------------------------------
@@ -218,10 +219,10 @@ matmul_by_row_groups!("avx2,fma");
 // lane by lane, with no horizontal adds. Each group of eight tokens is
 // transposed once per call (`lane_acts`, on the stack), and each four-row
 // group's weights are staged once for all the lane groups (`stage_group`):
-// Q4_0's nibbles one a byte, Q8_0's as they are or, for a tier whose
-// multiply wants them unsigned (`UNSIGNED_Q8`), plus 128. The hot loop
-// then broadcasts a row's four weights to every lane by the load itself
-// (vpbroadcastd) from one small contiguous buffer and unpacks nothing.
+// Q4_0's nibbles one a byte and, for a tier whose multiply wants them
+// unsigned (`UNSIGNED_Q8`), Q8_0's plus 128; AVX2's Q8_0 is read in
+// place. The hot loop then broadcasts a row's four weights to every lane
+// by the load itself (vpbroadcastd) and unpacks nothing.
 // The group's rows after the last four go through the matvec, and the
 // tokens after the last whole group through `matmul_rows`'s tiles, as
 // does everything when one group's activations outgrow the stack buffer
@@ -237,8 +238,8 @@ matmul_by_row_groups!("avx2,fma");
 pub(super) const LANES: usize = 8;
 
 /// AVX2 multiplies unsigned by signed bytes in int16 pairs, which Q8_0's
-/// weights plus 128 would overflow, so its Q8_0 lanes move x's sign onto
-/// the weight and multiply |x| (`LaneActs::abs`).
+/// weights plus 128 would overflow, so its Q8_0 lanes read the weights in
+/// place, move x's sign onto them and multiply |x| (`LaneActs::abs`).
 const UNSIGNED_Q8: bool = false;
 
 /// A lane group's activations, transposed so that one load gives the same
@@ -337,16 +338,16 @@ pub(super) unsafe fn lane_acts<'a, const Q4: bool, const UNSIGNED_Q8: bool>(
 }
 
 /// Rows r..r+4's weights block by block into `out` (block b of row r+j at
-/// 4b + j) and returns them: Q4_0's nibbles one a byte in quant order
-/// (unsigned, 0–15), Q8_0's as they are or, with `UNSIGNED_Q8`, plus 128
-/// (an xor). Asks for the blocks a step ahead as the matvec does.
+/// 4b + j) and returns them, unsigned for vpmaddubsw or vpdpbusd: Q4_0's
+/// nibbles one a byte in quant order (0–15), Q8_0's plus 128 (an xor).
+/// Asks for the blocks a step ahead as the matvec does.
 ///
 /// # Safety
 ///
 /// The CPU has AVX2; blocks 0..nb of rows r..r+4 and their scales are in
 /// bounds; `out` holds at least 4·nb blocks.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn stage_group<const Q4: bool, const UNSIGNED_Q8: bool>(
+pub(super) unsafe fn stage_group<const Q4: bool>(
     wq: *const u8,
     wd: *const f32,
     stride: usize,
@@ -372,10 +373,8 @@ pub(super) unsafe fn stage_group<const Q4: bool, const UNSIGNED_Q8: bool>(
                         _mm_and_si128(_mm_srli_epi16(packed, 4), low4),
                     );
                     _mm256_set_m128i(hi, lo)
-                } else if UNSIGNED_Q8 {
-                    _mm256_xor_si256(_mm256_loadu_si256(src.cast()), flip)
                 } else {
-                    _mm256_loadu_si256(src.cast())
+                    _mm256_xor_si256(_mm256_loadu_si256(src.cast()), flip)
                 }
             };
             // SAFETY: out holds 4·nb blocks of QK bytes (the caller's
@@ -389,9 +388,10 @@ pub(super) unsafe fn stage_group<const Q4: bool, const UNSIGNED_Q8: bool>(
 }
 
 /// Where `matmul_by_token_lanes!` reads a four-row group's weight blocks:
-/// the copy `stage_group` made, or the matrix itself for Q8_0 weights used
-/// as they are (a copy bought nothing there, and cost a fifth at K = 4096,
-/// where one lane group fills a pass and nothing shares it).
+/// the copy `stage_group` made, or the matrix itself for AVX2's Q8_0,
+/// whose weights are used as they are (a plain copy bought nothing there,
+/// and cost a fifth at K = 4096, where one lane group fills a pass and
+/// nothing shares it).
 #[derive(Clone, Copy)]
 pub(super) struct GroupWeights {
     base: *const u8,

@@ -74,7 +74,7 @@ matvec_by_row_groups!("avx2,fma,avxvnni", q4_pairs: pair_dot_q4);
 
 /// AVX2's `pair_dot_q4` with vpdpbusd: each row's nibbles times x straight
 /// into int32 (two vpdpbusd, no int16 stage), the four rows brought
-/// together by two vphaddd, less 8·Σx.
+/// together by three vphaddd, less 8·Σx.
 ///
 /// # Safety
 ///

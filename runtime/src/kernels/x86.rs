@@ -150,9 +150,10 @@ pub(crate) fn lane_tails(
 /// lane by lane, with no horizontal adds (avx2.rs, "Token lanes", says
 /// how). The tier names in scope, besides `matvec_by_row_groups!`'s
 /// `matvec` and `matmul_by_row_groups!`'s `matmul_rows`, whether its Q8_0
-/// weights are staged unsigned (`const UNSIGNED_Q8: bool`, which
-/// `avx2::stage_group` and `avx2::lane_acts` follow) and one row's block
-/// sums for a lane group, given its four staged weights at quad c
+/// weights are staged unsigned (`const UNSIGNED_Q8: bool`: then
+/// `avx2::stage_group` stages them and `avx2::lane_acts` gives each lane
+/// −128·Σx, else they are read in place and `lane_acts` gives |x|) and one
+/// row's block sums for a lane group, given its four weights at quad c
 /// broadcast to every lane (`w(c)`) and the group's activations
 /// (`avx2::LaneActs`) of block b:
 ///
@@ -215,7 +216,7 @@ macro_rules! matmul_by_token_lanes {
                         // SAFETY: rows r..r+4 lie in [r0, r1), bounded for
                         // every token by the caller's contract; nb ≤
                         // MAX_LANE_BLOCKS, since one lane group fits the stack.
-                        let blocks = unsafe { stage_group::<Q4, UNSIGNED_Q8>(wq, wd, stride, nb, r, &mut staged) };
+                        let blocks = unsafe { stage_group::<Q4>(wq, wd, stride, nb, r, &mut staged) };
                         GroupWeights::staged(blocks)
                     } else {
                         GroupWeights::in_matrix(wq, stride, r)
