@@ -5,14 +5,16 @@
 //! per register: vpabsb on the activation, vpsignb moves its sign onto the
 //! weight, vpmaddubsw, then vpmaddwd with ones to int32 (Q4_0 four-row
 //! groups multiply the unsigned nibbles instead and take 8·Σx off, as
-//! SSE4.1's do). Per-block int32 sums are exact; their scaling is accumulated with FMA, so matvec results differ
+//! SSE4.1's do, two blocks a step in the matvec). Per-block int32 sums are
+//! exact; their scaling is accumulated with FMA, so matvec results differ
 //! from the scalar kernel by rounding only (DESIGN.md §7: ≤ 1e-5 relative).
 //!
 //! The matmul runs eight tokens at a time in token lanes (`matmul_lanes`):
 //! one int32 lane per token, the activations transposed once per call and
-//! each row's four weights broadcast from memory, so a block's sums need
-//! no horizontal adds; the same integers and float steps as the matvec,
-//! lane by lane, so every output keeps the matvec's bits.
+//! each row's four weights broadcast from memory (Q4_0's staged once per
+//! row group with the nibbles one a byte), so a block's sums need no
+//! horizontal adds; the same integers and float steps as the matvec, lane
+//! by lane, so every output keeps the matvec's bits.
 //!
 //! FMA is used only where it is a pure accuracy/speed gain: the matvec scale
 //! accumulation, the dot/rmsnorm reductions and the exp polynomial. The

@@ -4,9 +4,10 @@
 //!
 //! Integer dot (DESIGN.md §5): vpdpbusd multiplies unsigned by signed bytes and
 //! sums each group of four into int32 in one instruction, replacing AVX2's
-//! vpmaddubsw + vpmaddwd pair (and its int16 intermediate). As in AVX2 the
-//! activation is made unsigned with vpabsb and its sign moved onto the
-//! weight with vpsignb.
+//! vpmaddubsw + vpmaddwd pair (and its int16 intermediate). In the matvec,
+//! as in AVX2, the activation is made unsigned with vpabsb and its sign
+//! moved onto the weight with vpsignb (Q4_0: the unsigned nibbles times x,
+//! two blocks a step).
 //!
 //! The matmul is AVX2's token lanes (`x86::matmul_by_token_lanes!`), one
 //! int32 lane per token, with vpdpbusd for each row's block sums. Its
