@@ -366,7 +366,8 @@ pub(crate) fn block_sums<'a>(
 /// with the same operations in the group and in the tail, so a row's result
 /// does not depend on how [r0, r1) splits into groups.
 ///
-/// A tier may name `q4_pairs: f`, its Q4_0 step over two blocks at once:
+/// A tier with `Q4_NIBBLE_GROUPS` (whose activation block sums the driver
+/// computes) may name `q4_pairs: f`, its Q4_0 step over two blocks at once:
 /// `unsafe fn f(w: [__m256i; 4], x: *const i8, xsums: [i32; 2]) -> __m256i`
 /// takes the four rows' 32 packed bytes of blocks b and b+1 (contiguous in
 /// a row), the activation's 64 quants there and their block sums Σx, and
