@@ -186,6 +186,19 @@ pub(super) unsafe fn pair_x(x: *const i8, xsums: [i32; 2]) -> (__m256i, __m256i,
     )
 }
 
+/// A row's 32 packed bytes of two Q4_0 blocks as unsigned nibbles: the low
+/// ones (quants 0–15 of each block, `pair_x`'s first) and the high ones
+/// (quants 16–31, its second).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn pair_nibbles(packed: __m256i) -> (__m256i, __m256i) {
+    let low4 = _mm256_set1_epi8(0x0F);
+    (
+        _mm256_and_si256(packed, low4),
+        _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4),
+    )
+}
+
 /// The matvec's Q4_0 step over blocks b and b+1 of four rows
 /// (`matvec_by_row_groups!`'s `q4_pairs`): one 32-byte load a row holds
 /// both blocks' nibbles, so no lane insert per row; vpmaddubsw multiplies
@@ -201,11 +214,9 @@ pub(super) unsafe fn pair_x(x: *const i8, xsums: [i32; 2]) -> (__m256i, __m256i,
 unsafe fn pair_dot_q4(w: [__m256i; 4], x: *const i8, xsums: [i32; 2]) -> __m256i {
     // SAFETY: the caller's contract.
     let (lo_x, hi_x, bias) = unsafe { pair_x(x, xsums) };
-    let low4 = _mm256_set1_epi8(0x0F);
     let v = w.map(|p| {
-        let lo = _mm256_maddubs_epi16(_mm256_and_si256(p, low4), lo_x);
-        let hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p, 4), low4), hi_x);
-        _mm256_add_epi16(lo, hi)
+        let (lo, hi) = pair_nibbles(p);
+        _mm256_add_epi16(_mm256_maddubs_epi16(lo, lo_x), _mm256_maddubs_epi16(hi, hi_x))
     });
     let h = _mm256_hadd_epi16(_mm256_hadd_epi16(v[0], v[1]), _mm256_hadd_epi16(v[2], v[3]));
     _mm256_sub_epi32(_mm256_madd_epi16(h, _mm256_set1_epi16(1)), bias)
@@ -399,9 +410,9 @@ pub(super) struct GroupWeights {
     base: *const u8,
     row_step: usize,
     block_step: usize,
-    /// The matrix's row stride when `base` is in it (the blocks are then
-    /// asked for ahead as they are read), 0 for a staged copy.
-    matrix_stride: usize,
+    /// The matrix and its row stride when the blocks are read from it:
+    /// they are then asked for ahead as they are read.
+    matrix: Option<(*const u8, usize)>,
 }
 
 impl GroupWeights {
@@ -411,7 +422,7 @@ impl GroupWeights {
             base: blocks.as_ptr().cast(),
             row_step: QK,
             block_step: 4 * QK,
-            matrix_stride: 0,
+            matrix: None,
         }
     }
 
@@ -422,7 +433,7 @@ impl GroupWeights {
             base: wq.wrapping_add(r * stride),
             row_step: stride,
             block_step: QK,
-            matrix_stride: stride,
+            matrix: Some((wq, stride)),
         }
     }
 
@@ -437,9 +448,8 @@ impl GroupWeights {
     #[inline(always)]
     pub(super) fn prefetch(&self, wd: *const f32, nb: usize, r: usize, b: usize) {
         use crate::core::quant::QK;
-        if self.matrix_stride != 0 {
-            let wq = self.base.wrapping_sub(r * self.matrix_stride);
-            super::prefetch::row_group::<false>(wq, wd, self.matrix_stride, nb, r, b, 1, QK);
+        if let Some((wq, stride)) = self.matrix {
+            super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, QK);
         }
     }
 }

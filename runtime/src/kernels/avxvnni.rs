@@ -85,10 +85,9 @@ matvec_by_row_groups!("avx2,fma,avxvnni", q4_pairs: pair_dot_q4);
 unsafe fn pair_dot_q4(w: [__m256i; 4], x: *const i8, xsums: [i32; 2]) -> __m256i {
     // SAFETY: the caller's contract.
     let (lo_x, hi_x, bias) = unsafe { super::avx2::pair_x(x, xsums) };
-    let low4 = _mm256_set1_epi8(0x0F);
     let v = w.map(|p| {
-        let lo = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_and_si256(p, low4), lo_x);
-        _mm256_dpbusd_avx_epi32(lo, _mm256_and_si256(_mm256_srli_epi16(p, 4), low4), hi_x)
+        let (lo, hi) = super::avx2::pair_nibbles(p);
+        _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo, lo_x), hi, hi_x)
     });
     let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
     _mm256_sub_epi32(h, bias)
