@@ -100,7 +100,7 @@ fn block_dot(w: [__m128i; 2], x: &[__m128i; 4]) -> __m128i {
 /// [Σa, Σb, Σc, Σd] by a 4×4 transpose-and-add (SSE2 has no phaddd).
 #[target_feature(enable = "sse2")]
 #[inline]
-fn hsum4(a: __m128i, b: __m128i, c: __m128i, d: __m128i) -> __m128i {
+pub(super) fn hsum4(a: __m128i, b: __m128i, c: __m128i, d: __m128i) -> __m128i {
     let ab = _mm_add_epi32(_mm_unpacklo_epi32(a, b), _mm_unpackhi_epi32(a, b));
     let cd = _mm_add_epi32(_mm_unpacklo_epi32(c, d), _mm_unpackhi_epi32(c, d));
     _mm_add_epi32(_mm_unpacklo_epi64(ab, cd), _mm_unpackhi_epi64(ab, cd))
