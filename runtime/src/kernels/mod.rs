@@ -15,7 +15,9 @@
 //! every tier has its own: the scalar reference; sse2, sse41, avx2 and
 //! avxvnni (`x86::matmul_by_row_groups!`'s tiles; avx2 and avxvnni put
 //! eight tokens in int32 lanes first, `x86::matmul_by_token_lanes!` with
-//! each tier's block routines, and sse41 four for Q4_0); avx512vnni;
+//! each tier's block routines, and sse41 four for Q4_0; sse2, and sse41
+//! for Q8_0, widen weights and activations to int16 once,
+//! `x86::matmul_widened!`); avx512vnni;
 //! AArch64 neon and neon_dotprod (`aarch64::neon_matmul!`); sve; ARMv7
 //! neon. Each loads (for Q4_0: unpacks) a weight block once for several
 //! tokens, then gives each token its matvec's per-block steps.

@@ -1,7 +1,9 @@
 //! SSE2 tier: the x86-64 baseline (and the i686 target's), so this build runs
 //! on every 64-bit x86 CPU. Implements all twelve kernels with 128-bit vectors,
-//! and the matmuls as tiles of four rows × four tokens
-//! (`x86::matmul_by_row_groups!`, each token's outputs the matvec's bits).
+//! and the matmuls on weights widened to int16 once per four-row group
+//! from four tokens (`x86::matmul_widened!`), fewer tokens as tiles of four
+//! rows (`x86::matmul_by_row_groups!`); each token's outputs are the
+//! matvec's bits.
 //!
 //! Integer dot (DESIGN.md §5): SSE2 has neither pmovsxbw nor pmaddubsw, so int8
 //! quants are sign-extended to int16 by interleaving each byte with itself
@@ -29,7 +31,35 @@ pub const REQUIRED_FEATURES: &[&str] = &["sse2"];
 // Integer path: matvec_q8, matvec_q4
 
 matvec_entry_points!();
-tiled_matmul_entry_points!(matmul_rows);
+tiled_matmul_entry_points!(matmul);
+
+/// The matmuls' driver: from four tokens on weights widened once per
+/// four-row group (`x86::matmul_widened!`), below that in tiles.
+///
+/// # Safety
+///
+/// As `matmul_rows`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "sse2")]
+unsafe fn matmul<const Q4: bool>(
+    y: &mut [&mut [f32]],
+    wq: *const u8,
+    wd: *const f32,
+    x: &crate::core::tensor::QActs,
+    nb: usize,
+    stride: usize,
+    r0: usize,
+    r1: usize,
+) {
+    // SAFETY: both take matmul_rows's contract, the caller's.
+    unsafe {
+        if x.n >= super::x86::WIDE_MIN_TOKENS && r1 - r0 >= 4 {
+            matmul_widened::<Q4>(y, wq, wd, x, nb, stride, r0, r1)
+        } else {
+            matmul_rows::<Q4>(y, wq, wd, x, nb, stride, r0, r1)
+        }
+    }
+}
 
 /// One weight block as 32 int8 in two vectors. Q4 nibbles are unpacked
 /// (low nibbles are elements 0–15, high nibbles 16–31) and re-centred, so
@@ -120,6 +150,26 @@ use super::x86::{scale_exact1 as scale1, scale_exact4 as scale4};
 group_dot_by_block_dots!("sse2", [__m128i; 2], [__m128i; 4]);
 matvec_by_row_groups!("sse2");
 matmul_by_row_groups!("sse2");
+
+/// A weight block's quants as int16, eight a vector (Q4_0's re-centred),
+/// for `matmul_widened`.
+///
+/// # Safety
+///
+/// `p` is readable for one block.
+#[target_feature(enable = "sse2")]
+#[inline]
+unsafe fn widen_w<const Q4: bool>(p: *const u8) -> [__m128i; 4] {
+    // SAFETY: the caller's contract is load_w's.
+    let [lo, hi] = unsafe { load_w::<Q4>(p) };
+    let [w0, w1] = widen(lo);
+    let [w2, w3] = widen(hi);
+    [w0, w1, w2, w3]
+}
+
+/// `load_x` under the name `matmul_widened` calls.
+use load_x as widen_x;
+matmul_widened!("sse2");
 
 // ---------------------------------------------------------------------------
 // quantize_q8

@@ -1,10 +1,9 @@
 //! SSE4.1 tier (with SSSE3, which every SSE4.1 CPU has): Core 2 Penryn,
 //! Nehalem and later. Implements the two matvecs and their matmuls: Q8_0
-//! on weights widened to int16 once per four-row group
-//! (`matmul_q8_widened`, from four tokens; fewer in the tiles of
-//! `x86::matmul_by_row_groups!`), Q4_0 with four tokens in a vector's lanes
-//! (`matmul_lanes`); everything else is the SSE2 tier's, since no
-//! SSSE3/SSE4.1 instruction shortens it.
+//! on weights and activations widened to int16 (`x86::matmul_widened!`,
+//! from four tokens; fewer in the tiles of `x86::matmul_by_row_groups!`),
+//! Q4_0 with four tokens in a vector's lanes (`matmul_lanes`); everything
+//! else is the SSE2 tier's, since no SSSE3/SSE4.1 instruction shortens it.
 //!
 //! Integer dot (DESIGN.md §5): pmaddubsw multiplies unsigned by signed bytes, so
 //! the activation is made unsigned with pabsb and its sign moved onto the
@@ -156,7 +155,7 @@ matmul_by_row_groups!("sse4.1");
 // row and token or, staged unsigned (w + 128) in two nibbles, two
 // multiplies and two int16 adds per four weights (in cache 54–55 → 56–58
 // GOPS against the tiles, pp128 unchanged, Zen 4); it goes to
-// `matmul_q8_widened` below. Fewer than eight tokens and the tokens after
+// `x86::matmul_widened!` (below). Fewer than eight tokens and the tokens after
 // the last group of four go to the tiles; rows after the last four go
 // through the matvec.
 
@@ -258,9 +257,9 @@ unsafe fn matmul_lanes<const Q4: bool>(
     let fit = (LANE_STACK / per_group).min(PASS_GROUPS);
     let groups = x.n / LANES;
     let rows4 = r0 + (r1 - r0) / 4 * 4;
-    if !Q4 && x.n >= WIDE_MIN_TOKENS && rows4 > r0 {
+    if !Q4 && x.n >= super::x86::WIDE_MIN_TOKENS && rows4 > r0 {
         // SAFETY: the caller's contract is matmul_rows's.
-        return unsafe { matmul_q8_widened(y, wq, wd, x, nb, stride, r0, r1) };
+        return unsafe { matmul_widened::<false>(y, wq, wd, x, nb, stride, r0, r1) };
     }
     if !Q4 || groups < 2 || rows4 == r0 || fit == 0 {
         // SAFETY: the caller's contract is matmul_rows's.
@@ -395,60 +394,8 @@ unsafe fn lane_rows(
 }
 
 // ---------------------------------------------------------------------------
-// matmul_q8_widened: Q8_0 on int16 operands, no sign transfer
-//
-// The Q8_0 tiles pay per row, token and block two psignb (pmaddubsw's
-// unsigned operand is |x|, so x's sign moves onto the weights), two
-// pmaddubsw, and two pmaddwd to widen pmaddubsw's pair sums, which cannot
-// be added in int16 (2·127² a pair). On Zen 4 psignb, pabsb, pmaddubsw and
-// pmaddwd all share the two multiply pipes (PERF.md), so the tile is bound
-// by them. Widened to int16 (pmovsxbw), the same products are four
-// pmaddwd a row, token and block and nothing else on those pipes: the
-// adds, the shuffles of the horizontal sums (sse2's `hsum4`, not phaddd,
-// which takes two cycles on them) and the widening go to the others.
-//
-// Widening costs an instruction per eight quants, so it is done where it
-// is shared: a four-row group's weights once per segment of blocks for all
-// of the pass's tokens (`WideBlock`, kept on the stack), and the pass's
-// activations once per segment for all row groups (`WideX`). The int32
-// block sums are the tiles' integers (integer sums are exact in any
-// order); each token then takes the matvec's float step
-// acc + (sumi·dw)·dx in block order, its running sums parked in its
-// outputs between segments (f32 out and in again: the same bits), so every
-// output keeps the matvec's bits.
-
-/// Tokens from which Q8_0 takes this path: below four, staging a group's
-/// weights costs about what the tokens' pass over them does, and the tiles
-/// stay.
-const WIDE_MIN_TOKENS: usize = 4;
-
-/// Blocks of a four-row group a segment stages at most: 32, 8.5 KiB, which
-/// stay in L1 with the token being run.
-const WIDE_BLOCKS: usize = 32;
-
-/// Widened activation blocks the stack holds (64 KiB): a segment's blocks
-/// for every token of the pass, so 25 blocks a segment at 32 tokens.
-const WIDE_SLOTS: usize = 65536 / std::mem::size_of::<WideX>();
-
-/// Tokens a pass takes at most (`--batch`'s largest), so that a segment
-/// still holds several blocks.
-const WIDE_TOKENS: usize = 128;
-
-/// One block of a four-row group, widened: `w[j][k]` holds row j's quants
-/// 8k..8k+8 as int16; `dw` the four rows' scales.
-#[derive(Clone, Copy)]
-struct WideBlock {
-    w: [[__m128i; 4]; 4],
-    dw: __m128,
-}
-
-/// One token's activation block, widened: `x[k]` holds its quants
-/// 8k..8k+8 as int16, `dx` its scale in every lane.
-#[derive(Clone, Copy)]
-struct WideX {
-    x: [__m128i; 4],
-    dx: __m128,
-}
+// Q8_0 (from four tokens): `x86::matmul_widened!`, weights and activations
+// widened to int16 with pmovsxbw.
 
 /// Eight int8 quants at `p`, widened to int16.
 ///
@@ -462,114 +409,35 @@ unsafe fn widen8(p: *const i8) -> __m128i {
     unsafe { _mm_cvtepi8_epi16(_mm_loadl_epi64(p.cast())) }
 }
 
-/// The Q8_0 matmul from four tokens up (see above).
+/// An activation block's quants as int16, eight a vector.
 ///
 /// # Safety
 ///
-/// As `matmul_rows`.
-#[allow(clippy::too_many_arguments)]
+/// The CPU has SSE4.1; `p` is readable for QK bytes.
 #[target_feature(enable = "sse4.1")]
-unsafe fn matmul_q8_widened(
-    y: &mut [&mut [f32]],
-    wq: *const u8,
-    wd: *const f32,
-    x: &crate::core::tensor::QActs,
-    nb: usize,
-    stride: usize,
-    r0: usize,
-    r1: usize,
-) {
-    use crate::core::quant::QK;
-    use std::mem::MaybeUninit;
-    let mut staged = [MaybeUninit::<WideBlock>::uninit(); WIDE_BLOCKS];
-    let mut slots = [MaybeUninit::<WideX>::uninit(); WIDE_SLOTS];
-    let rows4 = r0 + (r1 - r0) / 4 * 4;
-    let mut t0 = 0;
-    while t0 < x.n {
-        let pass = WIDE_TOKENS.min(x.n - t0);
-        let seg_max = (WIDE_SLOTS / pass).min(WIDE_BLOCKS);
-        let mut b0 = 0;
-        while b0 < nb {
-            let seg = seg_max.min(nb - b0);
-            // The pass's activations for blocks b0..b0+seg, token-major.
-            for t in 0..pass {
-                let xt = x.token(t0 + t);
-                for (i, slot) in slots[t * seg..(t + 1) * seg].iter_mut().enumerate() {
-                    let q = xt.q[(b0 + i) * QK..(b0 + i + 1) * QK].as_ptr();
-                    slot.write(WideX {
-                        // SAFETY: q is a block of QK = 4·8 quants.
-                        x: unsafe { [widen8(q), widen8(q.add(8)), widen8(q.add(16)), widen8(q.add(24))] },
-                        dx: _mm_set1_ps(xt.d[b0 + i]),
-                    });
-                }
-            }
-            // SAFETY: the loop above wrote the first pass·seg slots, and
-            // MaybeUninit<T> has T's layout.
-            let xs = unsafe { std::slice::from_raw_parts(slots.as_ptr().cast::<WideX>(), pass * seg) };
-            let mut r = r0;
-            while r < rows4 {
-                for (i, block) in staged[..seg].iter_mut().enumerate() {
-                    let b = b0 + i;
-                    super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, QK);
-                    // SAFETY: block b of rows r..r+4 (QK = 4·8 quants each)
-                    // and their scales are in bounds (the caller's contract).
-                    block.write(unsafe {
-                        let row = |j: usize| {
-                            let p = wq.add((r + j) * stride + b * QK).cast::<i8>();
-                            [widen8(p), widen8(p.add(8)), widen8(p.add(16)), widen8(p.add(24))]
-                        };
-                        WideBlock {
-                            w: [row(0), row(1), row(2), row(3)],
-                            dw: super::x86::row_scales(wd, r, nb, b),
-                        }
-                    });
-                }
-                // SAFETY: the loop above wrote the first seg blocks.
-                let blocks = unsafe { std::slice::from_raw_parts(staged.as_ptr().cast::<WideBlock>(), seg) };
-                for t in 0..pass {
-                    let out = &mut y[t0 + t][r - r0..r - r0 + 4];
-                    let mut acc = if b0 == 0 {
-                        _mm_setzero_ps()
-                    } else {
-                        // SAFETY: out holds four floats.
-                        unsafe { _mm_loadu_ps(out.as_ptr()) }
-                    };
-                    for (block, xb) in blocks.iter().zip(&xs[t * seg..(t + 1) * seg]) {
-                        let row = |w: &[__m128i; 4]| {
-                            _mm_add_epi32(
-                                _mm_add_epi32(_mm_madd_epi16(w[0], xb.x[0]), _mm_madd_epi16(w[1], xb.x[1])),
-                                _mm_add_epi32(_mm_madd_epi16(w[2], xb.x[2]), _mm_madd_epi16(w[3], xb.x[3])),
-                            )
-                        };
-                        let [w0, w1, w2, w3] = &block.w;
-                        let sumi = super::sse2::hsum4(row(w0), row(w1), row(w2), row(w3));
-                        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(sumi), block.dw), xb.dx));
-                    }
-                    // SAFETY: as the load above.
-                    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
-                }
-                r += 4;
-            }
-            b0 += seg;
-        }
-        t0 += pass;
-    }
-    if rows4 < r1 {
-        for (t, yt) in y.iter_mut().enumerate() {
-            // SAFETY: rows rows4..r1 are within what the caller's contract
-            // bounded for this token; yt holds r1 − r0 outputs.
-            unsafe {
-                matvec::<false>(
-                    yt.as_mut_ptr().add(rows4 - r0),
-                    wq,
-                    wd,
-                    &x.token(t),
-                    nb,
-                    stride,
-                    rows4,
-                    r1,
-                )
-            };
-        }
+#[inline]
+unsafe fn widen_x(p: *const i8) -> [__m128i; 4] {
+    // SAFETY: the four loads read the QK = 4·8 bytes the caller guarantees.
+    unsafe { [widen8(p), widen8(p.add(8)), widen8(p.add(16)), widen8(p.add(24))] }
+}
+
+/// A weight block's quants as int16, eight a vector (Q4_0's re-centred).
+///
+/// # Safety
+///
+/// The CPU has SSE4.1; `p` is readable for one block.
+#[target_feature(enable = "sse4.1")]
+#[inline]
+unsafe fn widen_w<const Q4: bool>(p: *const u8) -> [__m128i; 4] {
+    if Q4 {
+        // SAFETY: a Q4 block (the caller's contract).
+        let [lo, hi] = unsafe { load_w::<true>(p) };
+        let upper = |v: __m128i| _mm_cvtepi8_epi16(_mm_srli_si128::<8>(v));
+        [_mm_cvtepi8_epi16(lo), upper(lo), _mm_cvtepi8_epi16(hi), upper(hi)]
+    } else {
+        // SAFETY: a Q8 block is QK quants (the caller's contract).
+        unsafe { widen_x(p.cast()) }
     }
 }
+
+matmul_widened!("sse4.1");

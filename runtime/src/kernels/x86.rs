@@ -741,3 +741,185 @@ macro_rules! matmul_by_row_groups {
         }
     };
 }
+
+// ---------------------------------------------------------------------------
+// matmul_widened: the 128-bit tiers' matmul on int16 operands
+//
+// Without a dot-product instruction, the tiles (`matmul_by_row_groups!`)
+// pay per row, token and block what makes int8 quants multipliable: SSE2
+// widens the weights to int16 (unpack and shift) for pmaddwd; SSE4.1 moves
+// x's sign onto the weights (psignb, since pmaddubsw's unsigned operand is
+// |x|), then widens pmaddubsw's pair sums with pmaddwd, as they cannot be
+// added in int16 (2·127² a pair). On Zen 4 psignb, pabsb, pmaddubsw and
+// pmaddwd all share the two multiply pipes (PERF.md), so SSE4.1's tile is
+// bound by them.
+//
+// Widened to int16 once, the same products are four pmaddwd a row, token
+// and block and nothing else on those pipes: the adds, the shuffles of the
+// horizontal sums (sse2's `hsum4`, not phaddd, which takes two cycles on
+// them) go to the others. The widening is done where it is shared: a
+// four-row group's weights once per segment of blocks for all of a pass's
+// tokens (`WideBlock`, on the stack), the pass's activations once per
+// segment for all row groups (`WideX`). The int32 block sums are the
+// tiles' integers (integer sums are exact in any order); each token then
+// takes the matvec's float step acc + (sumi·dw)·dx in block order, its
+// running sums parked in its outputs between segments (f32 out and in
+// again: the same bits), so every output keeps the matvec's bits.
+
+/// Tokens from which a tier takes `matmul_widened`: below four, staging a
+/// group's weights costs about what the tokens' pass over them does, and
+/// the tiles stay.
+pub(crate) const WIDE_MIN_TOKENS: usize = 4;
+
+/// Blocks of a four-row group a segment stages at most: 32, 8.5 KiB, which
+/// stay in L1 with the token being run.
+pub(crate) const WIDE_BLOCKS: usize = 32;
+
+/// Widened activation blocks the stack holds (64 KiB): a segment's blocks
+/// for every token of the pass, so 25 blocks a segment at 32 tokens.
+pub(crate) const WIDE_SLOTS: usize = 65536 / std::mem::size_of::<WideX>();
+
+/// Tokens a pass takes at most (`--batch`'s largest), so that a segment
+/// still holds several blocks.
+pub(crate) const WIDE_TOKENS: usize = 128;
+
+/// One block of a four-row group, widened: `w[j][k]` holds row j's quants
+/// 8k..8k+8 as int16 (Q4_0's re-centred); `dw` the four rows' scales.
+#[derive(Clone, Copy)]
+pub(crate) struct WideBlock {
+    pub(crate) w: [[__m128i; 4]; 4],
+    pub(crate) dw: __m128,
+}
+
+/// One token's activation block, widened: `x[k]` holds its quants
+/// 8k..8k+8 as int16, `dx` its scale in every lane.
+#[derive(Clone, Copy)]
+pub(crate) struct WideX {
+    pub(crate) x: [__m128i; 4],
+    pub(crate) dx: __m128,
+}
+
+/// `matmul_widened` (see above), for a tier with in scope
+/// `matvec_by_row_groups!`'s `matvec` and:
+///
+/// * `unsafe fn widen_w<const Q4: bool>(p: *const u8) -> [__m128i; 4]`: the
+///   weight block at p as int16, eight quants a vector in order (Q4_0's
+///   re-centred);
+/// * `unsafe fn widen_x(p: *const i8) -> [__m128i; 4]`: the activation
+///   block at p likewise.
+macro_rules! matmul_widened {
+    ($features:literal) => {
+        /// # Safety
+        ///
+        /// As `matmul_rows`.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        unsafe fn matmul_widened<const Q4: bool>(
+            y: &mut [&mut [f32]],
+            wq: *const u8,
+            wd: *const f32,
+            x: &crate::core::tensor::QActs,
+            nb: usize,
+            stride: usize,
+            r0: usize,
+            r1: usize,
+        ) {
+            use super::x86::{WideBlock, WideX, WIDE_BLOCKS, WIDE_SLOTS, WIDE_TOKENS};
+            use crate::core::quant::{Q4_BLOCK_BYTES, QK};
+            use std::mem::MaybeUninit;
+            let bb = if Q4 { Q4_BLOCK_BYTES } else { QK };
+            let mut staged = [MaybeUninit::<WideBlock>::uninit(); WIDE_BLOCKS];
+            let mut slots = [MaybeUninit::<WideX>::uninit(); WIDE_SLOTS];
+            let rows4 = r0 + (r1 - r0) / 4 * 4;
+            let mut t0 = 0;
+            while t0 < x.n {
+                let pass = WIDE_TOKENS.min(x.n - t0);
+                let seg_max = (WIDE_SLOTS / pass).min(WIDE_BLOCKS);
+                let mut b0 = 0;
+                while b0 < nb {
+                    let seg = seg_max.min(nb - b0);
+                    // The pass's activations for blocks b0..b0+seg, token-major.
+                    for t in 0..pass {
+                        let xt = x.token(t0 + t);
+                        for (i, slot) in slots[t * seg..(t + 1) * seg].iter_mut().enumerate() {
+                            let q = xt.q[(b0 + i) * QK..(b0 + i + 1) * QK].as_ptr();
+                            slot.write(WideX {
+                                // SAFETY: q is a block of QK quants.
+                                x: unsafe { widen_x(q) },
+                                dx: _mm_set1_ps(xt.d[b0 + i]),
+                            });
+                        }
+                    }
+                    // SAFETY: the loop above wrote the first pass·seg slots,
+                    // and MaybeUninit<T> has T's layout.
+                    let xs = unsafe { std::slice::from_raw_parts(slots.as_ptr().cast::<WideX>(), pass * seg) };
+                    let mut r = r0;
+                    while r < rows4 {
+                        for (i, block) in staged[..seg].iter_mut().enumerate() {
+                            let b = b0 + i;
+                            super::prefetch::row_group::<false>(wq, wd, stride, nb, r, b, 1, bb);
+                            // SAFETY: block b of rows r..r+4 and their scales
+                            // are in bounds (the caller's contract).
+                            block.write(unsafe {
+                                let row = |j: usize| widen_w::<Q4>(wq.add((r + j) * stride + b * bb));
+                                WideBlock {
+                                    w: [row(0), row(1), row(2), row(3)],
+                                    dw: super::x86::row_scales(wd, r, nb, b),
+                                }
+                            });
+                        }
+                        // SAFETY: the loop above wrote the first seg blocks.
+                        let blocks = unsafe { std::slice::from_raw_parts(staged.as_ptr().cast::<WideBlock>(), seg) };
+                        for t in 0..pass {
+                            let out = &mut y[t0 + t][r - r0..r - r0 + 4];
+                            let mut acc = if b0 == 0 {
+                                _mm_setzero_ps()
+                            } else {
+                                // SAFETY: out holds four floats.
+                                unsafe { _mm_loadu_ps(out.as_ptr()) }
+                            };
+                            for (block, xb) in blocks.iter().zip(&xs[t * seg..(t + 1) * seg]) {
+                                let row = |w: &[__m128i; 4]| {
+                                    _mm_add_epi32(
+                                        _mm_add_epi32(_mm_madd_epi16(w[0], xb.x[0]), _mm_madd_epi16(w[1], xb.x[1])),
+                                        _mm_add_epi32(_mm_madd_epi16(w[2], xb.x[2]), _mm_madd_epi16(w[3], xb.x[3])),
+                                    )
+                                };
+                                let [w0, w1, w2, w3] = &block.w;
+                                let sumi = super::sse2::hsum4(row(w0), row(w1), row(w2), row(w3));
+                                acc = _mm_add_ps(
+                                    acc,
+                                    _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(sumi), block.dw), xb.dx),
+                                );
+                            }
+                            // SAFETY: as the load above.
+                            unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+                        }
+                        r += 4;
+                    }
+                    b0 += seg;
+                }
+                t0 += pass;
+            }
+            if rows4 < r1 {
+                for (t, yt) in y.iter_mut().enumerate() {
+                    // SAFETY: rows rows4..r1 are within what the caller's
+                    // contract bounded for this token; yt holds r1 − r0
+                    // outputs.
+                    unsafe {
+                        matvec::<Q4>(
+                            yt.as_mut_ptr().add(rows4 - r0),
+                            wq,
+                            wd,
+                            &x.token(t),
+                            nb,
+                            stride,
+                            rows4,
+                            r1,
+                        )
+                    };
+                }
+            }
+        }
+    };
+}
