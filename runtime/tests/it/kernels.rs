@@ -545,7 +545,8 @@ fn matvec_extreme_products() {
     // `group_dot`, which multiply the unsigned nibbles (16·15·127 = 30480
     // on sse41, and the token lanes of sse41 and avx2: 8·2·15·127). The
     // matmul too, over 18 tokens: avx512vnni's lane group of 16, avx2's two
-    // of 8, sse41's four of 4 (Q4_0) or its tiles, and a rest of 2.
+    // of 8, sse41's four of 4 (Q4_0), sse2's and sse41's int16 operands
+    // (`x86::matmul_widened!`), and a rest of 2.
     for (wq, xq, want) in [
         (127i8, -127i8, -516_128.0f32),
         (127, 127, 516_128.0),
