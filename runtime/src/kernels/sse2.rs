@@ -159,7 +159,7 @@ matmul_by_row_groups!("sse2");
 /// `p` is readable for one block.
 #[target_feature(enable = "sse2")]
 #[inline]
-unsafe fn widen_w<const Q4: bool>(p: *const u8) -> [__m128i; 4] {
+pub(super) unsafe fn widen_w<const Q4: bool>(p: *const u8) -> [__m128i; 4] {
     // SAFETY: the caller's contract is load_w's.
     let [lo, hi] = unsafe { load_w::<Q4>(p) };
     let [w0, w1] = widen(lo);

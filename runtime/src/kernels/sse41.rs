@@ -155,9 +155,9 @@ matmul_by_row_groups!("sse4.1");
 // row and token or, staged unsigned (w + 128) in two nibbles, two
 // multiplies and two int16 adds per four weights (in cache 54–55 → 56–58
 // GOPS against the tiles, pp128 unchanged, Zen 4); it goes to
-// `x86::matmul_widened!` (below). Fewer than eight tokens and the tokens after
-// the last group of four go to the tiles; rows after the last four go
-// through the matvec.
+// `x86::matmul_widened!` (below). Q4_0's fewer than eight tokens and its
+// tokens after the last group of four go to the tiles; rows after the last
+// four go through the matvec.
 
 /// Tokens a lane group holds: one per int32 lane.
 const LANES: usize = 4;
@@ -421,7 +421,9 @@ unsafe fn widen_x(p: *const i8) -> [__m128i; 4] {
     unsafe { [widen8(p), widen8(p.add(8)), widen8(p.add(16)), widen8(p.add(24))] }
 }
 
-/// A weight block's quants as int16, eight a vector (Q4_0's re-centred).
+/// A weight block's quants as int16, eight a vector: Q8_0's by pmovsxbw;
+/// Q4_0's (which this tier's matmul never widens, its lanes being faster)
+/// as SSE2 does, for the macro's generic signature.
 ///
 /// # Safety
 ///
@@ -429,14 +431,14 @@ unsafe fn widen_x(p: *const i8) -> [__m128i; 4] {
 #[target_feature(enable = "sse4.1")]
 #[inline]
 unsafe fn widen_w<const Q4: bool>(p: *const u8) -> [__m128i; 4] {
-    if Q4 {
-        // SAFETY: a Q4 block (the caller's contract).
-        let [lo, hi] = unsafe { load_w::<true>(p) };
-        let upper = |v: __m128i| _mm_cvtepi8_epi16(_mm_srli_si128::<8>(v));
-        [_mm_cvtepi8_epi16(lo), upper(lo), _mm_cvtepi8_epi16(hi), upper(hi)]
-    } else {
-        // SAFETY: a Q8 block is QK quants (the caller's contract).
-        unsafe { widen_x(p.cast()) }
+    // SAFETY: a block of the type (the caller's contract): QK = 4·8
+    // quants for Q8_0.
+    unsafe {
+        if Q4 {
+            super::sse2::widen_w::<true>(p)
+        } else {
+            widen_x(p.cast())
+        }
     }
 }
 
