@@ -53,7 +53,7 @@ unsafe fn matmul<const Q4: bool>(
 ) {
     // SAFETY: both take matmul_rows's contract, the caller's.
     unsafe {
-        if x.n >= super::x86::WIDE_MIN_TOKENS && r1 - r0 >= 4 {
+        if super::x86::takes_widened(x.n, r0, r1) {
             matmul_widened::<Q4>(y, wq, wd, x, nb, stride, r0, r1)
         } else {
             matmul_rows::<Q4>(y, wq, wd, x, nb, stride, r0, r1)

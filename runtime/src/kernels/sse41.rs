@@ -257,7 +257,7 @@ unsafe fn matmul_lanes<const Q4: bool>(
     let fit = (LANE_STACK / per_group).min(PASS_GROUPS);
     let groups = x.n / LANES;
     let rows4 = r0 + (r1 - r0) / 4 * 4;
-    if !Q4 && x.n >= super::x86::WIDE_MIN_TOKENS && rows4 > r0 {
+    if !Q4 && super::x86::takes_widened(x.n, r0, r1) {
         // SAFETY: the caller's contract is matmul_rows's.
         return unsafe { matmul_widened::<false>(y, wq, wd, x, nb, stride, r0, r1) };
     }

@@ -769,7 +769,14 @@ macro_rules! matmul_by_row_groups {
 /// Tokens from which a tier takes `matmul_widened`: below four, staging a
 /// group's weights costs about what the tokens' pass over them does, and
 /// the tiles stay.
-pub(crate) const WIDE_MIN_TOKENS: usize = 4;
+const WIDE_MIN_TOKENS: usize = 4;
+
+/// Whether a matmul of `tokens` tokens over rows r0..r1 takes
+/// `matmul_widened` (at least `WIDE_MIN_TOKENS`, and a whole four-row
+/// group to stage) rather than the tiles.
+pub(crate) fn takes_widened(tokens: usize, r0: usize, r1: usize) -> bool {
+    tokens >= WIDE_MIN_TOKENS && r1 - r0 >= 4
+}
 
 /// Blocks of a four-row group a segment stages at most: 32, 8.5 KiB, which
 /// stay in L1 with the token being run.
