@@ -1,10 +1,14 @@
 //! The .mlb loader on arbitrary bytes: header and layout validation, the
 //! value scan, then, for an accepted model with a small context, building
-//! the transformer and decoding two steps.
+//! the transformer and decoding two steps, and a prompt of up to 18 tokens
+//! fed token by token and in chunks of 16 (the batched prefill: the matmul
+//! kernels, whose token lanes and tiles all take part, and
+//! `forward_chunk`).
 //!
 //! Rejections must be Format, Shape or NoMem errors whose message names the
 //! field or tensor; an accepted model's logits must be finite, or the step
-//! must fail with a clear error. The forward pass runs only when max_seq is
+//! must fail with a clear error; the chunked prompt's logits must be the
+//! token-by-token prompt's bits whenever both succeed. The forward pass runs only when max_seq is
 //! at most [`FORWARD_MAX_SEQ`]: every other run-time buffer is bounded by
 //! the weights, i.e. by the input's size, so the step stays cheap; models
 //! with a longer context are still fully validated.
@@ -19,6 +23,13 @@ use libfuzzer_sys::fuzz_target;
 
 /// Largest context (header max_seq) for which the target decodes.
 const FORWARD_MAX_SEQ: u32 = 64;
+
+/// The batched prompt's length at most and its chunk: a chunk of 16 and a
+/// rest of 2 take every x86 tier's matmul paths (AVX-512's sixteen token
+/// lanes, AVX2's eight, the 128-bit tiers' widened matmul from four tokens,
+/// the tiles below that) and NEON's tiles.
+const PROMPT_TOKENS: usize = 18;
+const PROMPT_BATCH: usize = 16;
 
 /// What a rejection's message must mention at least one of: a header field,
 /// a tensor, the header, or (for a decode step) the logit.
@@ -112,5 +123,52 @@ fn run(data: &[u8]) {
                 break;
             }
         }
+    }
+    let tokens = (h.max_seq as usize).min(PROMPT_TOKENS);
+    if tokens >= 2 {
+        // Spread over the vocabulary, the last row and row 0 first.
+        let prompt: Vec<u32> = (0..tokens as u64)
+            .map(|i| ((u64::from(h.vocab) - 1 + i * 7919) % u64::from(h.vocab)) as u32)
+            .collect();
+        batched_prompt(&model, &prompt);
+    }
+}
+
+/// `prompt` fed token by token and in chunks of `PROMPT_BATCH`: the same
+/// bits when both give logits; a chunked run's logits are finite or its
+/// error clear. (Token by token, a non-finite logit at an earlier position
+/// is already an error; chunked, only the last position's logits are
+/// computed.)
+fn batched_prompt(model: &Model, prompt: &[u32]) {
+    let by_token = match Transformer::with_threads(model, 1) {
+        Ok(mut tf) => tf.prefill(prompt).map(|l| l.to_vec()),
+        Err(e) => return check_error(&e, "transformer"),
+    };
+    if let Err(e) = &by_token {
+        check_error(e, "token-by-token prompt");
+    }
+    let mut tf = match Transformer::with_threads(model, 1) {
+        Ok(tf) => tf,
+        Err(e) => return check_error(&e, "transformer"),
+    };
+    if let Err(e) = tf.set_batch(PROMPT_BATCH) {
+        // The chunk buffers are sized from the header: too large is NoMem.
+        assert_eq!(e.kind, ErrorKind::NoMem, "set_batch: {}", e.message);
+        return;
+    }
+    match tf.prefill(prompt) {
+        Ok(chunked) => {
+            if let Some(i) = chunked.iter().position(|v| !v.is_finite()) {
+                panic!("chunked prompt: logit {i} is {} but prefill returned Ok", chunked[i]);
+            }
+            if let Ok(by_token) = by_token {
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert!(
+                    bits(&by_token) == bits(chunked),
+                    "the chunked prompt's logits differ from the token-by-token prompt's"
+                );
+            }
+        }
+        Err(e) => check_error(&e, "chunked prompt"),
     }
 }
