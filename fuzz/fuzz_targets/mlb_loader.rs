@@ -8,10 +8,11 @@
 //! Rejections must be Format, Shape or NoMem errors whose message names the
 //! field or tensor; an accepted model's logits must be finite, or the step
 //! must fail with a clear error; the chunked prompt's logits must be the
-//! token-by-token prompt's bits whenever both succeed. The forward pass runs only when max_seq is
-//! at most [`FORWARD_MAX_SEQ`]: every other run-time buffer is bounded by
-//! the weights, i.e. by the input's size, so the step stays cheap; models
-//! with a longer context are still fully validated.
+//! token-by-token prompt's bits whenever both succeed. The forward pass
+//! runs only when max_seq is at most [`FORWARD_MAX_SEQ`]: every other
+//! run-time buffer is bounded by the weights, i.e. by the input's size, so
+//! the step stays cheap; models with a longer context are still fully
+//! validated.
 
 #![no_main]
 
@@ -27,7 +28,7 @@ const FORWARD_MAX_SEQ: u32 = 64;
 /// The batched prompt's length at most and its chunk: a chunk of 16 and a
 /// rest of 2 take every x86 tier's matmul paths (AVX-512's sixteen token
 /// lanes, AVX2's eight, the 128-bit tiers' widened matmul from four tokens,
-/// the tiles below that) and NEON's tiles.
+/// the tiles below that).
 const PROMPT_TOKENS: usize = 18;
 const PROMPT_BATCH: usize = 16;
 

@@ -727,13 +727,14 @@ fn ctrl_c_during_gen_leaves_no_temporary_file() {
     assert!(listing().is_empty(), "left behind: {:?}", listing());
 }
 
-/// `ml` with `args` under a timeout and (natively, without AddressSanitizer)
-/// a 4 GiB address space limit: a regression that blocks, reads without end or turns quadratic
-/// fails the test (exit 124) instead of hanging it or eating the machine's
-/// memory. The timeout is a hang guard, not a speed measure: 20 s natively
-/// and 300 s under qemu (a 1 MB prompt on an emulated ARM1176 beside
-/// another emulated CPU took over 20 s), each tens of times what the work
-/// takes and far below what an O(n²) tokenizer needs for these inputs.
+/// `ml` with `args` under a timeout and (natively, without
+/// AddressSanitizer) a 4 GiB address space limit: a regression that
+/// blocks, reads without end or turns quadratic fails the test (exit 124)
+/// instead of hanging it or eating the machine's memory. The timeout is a
+/// hang guard, not a speed measure: 20 s natively and 300 s under qemu (a
+/// 1 MB prompt on an emulated ARM1176 beside another emulated CPU took over
+/// 20 s), each tens of times what the work takes and far below what an
+/// O(n²) tokenizer needs for these inputs.
 #[cfg(unix)]
 fn ml_bounded(args: &[&str]) -> Output {
     // qemu-user reserves a large address space of its own, and so does
