@@ -145,9 +145,9 @@ enum ChunkRegion {
 const CHUNK_REGIONS: usize = ChunkRegion::Att as usize + 1;
 
 /// Byte size of every chunk region for `batch` tokens, or NoMem on
-/// overflow: `batch` rows of every activation, and per thread one
-/// `n_heads` × `max_seq` score scratch (a thread's share of a chunk's
-/// attention covers up to every head of a position in one call).
+/// overflow: `batch` rows of every activation, and per thread one score
+/// row of `max_seq` floats for each query of an attention unit
+/// (`QUERY_TILE` positions × the query heads of one KV head).
 fn chunk_region_bytes(h: &Header, batch: usize, threads: usize) -> Result<[usize; CHUNK_REGIONS]> {
     let too_big = || {
         MlError::no_mem(format!(
@@ -171,7 +171,8 @@ fn chunk_region_bytes(h: &Header, batch: usize, threads: usize) -> Result<[usize
     r[ChunkRegion::Hb2s as usize] = bytes(hidden, 4)?;
     r[ChunkRegion::ActQuants as usize] = bytes(widest, 1)?;
     r[ChunkRegion::ActScales as usize] = bytes(widest / QK as u64, 4)?;
-    r[ChunkRegion::Att as usize] = (h.n_heads as u64)
+    let group = (h.n_heads / h.n_kv_heads.max(1)) as u64;
+    r[ChunkRegion::Att as usize] = (QUERY_TILE as u64 * group)
         .checked_mul(h.max_seq as u64)
         .and_then(|v| v.checked_mul(threads as u64 * 4))
         .and_then(|b| usize::try_from(b).ok())
@@ -680,53 +681,70 @@ impl Transformer<'_> {
             }
 
             // Each position attends over the cache up to itself, the
-            // chunk's earlier rows included, exactly as `forward` there.
-            // The chunk's (position, head) pairs are the units of work, so
-            // the threads meet once per layer, not once per position, and
-            // split uneven head counts (SmolLM2's 9) evenly.
+            // chunk's earlier rows included, with `forward`'s operations in
+            // `forward`'s order. The units of work are (query tile, KV
+            // head): a tile of `QUERY_TILE` positions and the `group` query
+            // heads of one KV head, which read each key and value tile from
+            // L1 for all of them (`attend_queries`). Units write unit-major
+            // into `xb2s` (free until `wo`), split into contiguous shares
+            // for the threads, and are scattered to `xbs` after.
             let layer_keys = &b.key_cache[l * seq * kv_dim..(l * seq + pos0 + n) * kv_dim];
             let layer_values = &b.value_cache[l * seq * kv_dim..(l * seq + pos0 + n) * kv_dim];
             let threads = exec.threads();
-            let mut outs = &mut c.xbs[..n * dim];
+            let units = n.div_ceil(QUERY_TILE) * n_kv_heads;
+            let unit_positions = |u: usize| {
+                let t0 = (u / n_kv_heads) * QUERY_TILE;
+                t0..(t0 + QUERY_TILE).min(n)
+            };
+            let unit_floats = |u: usize| unit_positions(u).len() * group * head_dim;
+            let cost = |u: usize| unit_positions(u).map(|t| pos0 + t + 1 + ATTN_FIXED_COST).sum::<usize>();
+            let mut outs = &mut c.xb2s[..n * dim];
             let parts = c
                 .att
-                .chunks_mut(n_heads * seq)
+                .chunks_mut(QUERY_TILE * group * seq)
                 .take(threads)
                 .enumerate()
                 .map(|(i, att)| {
-                    let cut = |i| attention_cut(i, threads, n, n_heads, pos0);
-                    let (u0, u1) = (cut(i), cut(i + 1));
-                    let (mine, rest) = std::mem::take(&mut outs).split_at_mut((u1 - u0) * head_dim);
+                    let (u0, u1) = (cost_cut(i, threads, units, cost), cost_cut(i + 1, threads, units, cost));
+                    let floats = (u0..u1).map(unit_floats).sum();
+                    let (mine, rest) = std::mem::take(&mut outs).split_at_mut(floats);
                     outs = rest;
-                    (u0, mine, att)
+                    (u0..u1, mine, att)
                 });
             let qs = &*c.qs;
-            exec.for_parts(parts, &|(u0, out, att): (usize, &mut [f32], &mut [f32])| {
-                let u1 = u0 + out.len() / head_dim;
-                let mut u = u0;
-                while u < u1 {
-                    // This part's heads of position t: h0..h1.
-                    let (t, h0) = (u / n_heads, u % n_heads);
-                    let h1 = n_heads.min(h0 + u1 - u);
-                    let len = pos0 + t + 1;
-                    attend_heads(
-                        &qs[t * dim..(t + 1) * dim],
-                        h0,
-                        group,
-                        head_dim,
-                        &layer_keys[..len * kv_dim],
-                        &layer_values[..len * kv_dim],
-                        kv_dim,
-                        inv_sqrt_hd,
-                        len,
-                        att,
-                        seq,
-                        &mut out[(u - u0) * head_dim..(u - u0 + h1 - h0) * head_dim],
-                        false,
-                    );
-                    u += h1 - h0;
+            let layer = AttnLayer {
+                keys: layer_keys,
+                values: layer_values,
+                kv_dim,
+                head_dim,
+                scale: inv_sqrt_hd,
+            };
+            exec.for_parts(parts, &|(units, mut out, att): (
+                std::ops::Range<usize>,
+                &mut [f32],
+                &mut [f32],
+            )| {
+                for u in units {
+                    let (positions, kv_head) = (unit_positions(u), u % n_kv_heads);
+                    let (mine, rest) = std::mem::take(&mut out).split_at_mut(unit_floats(u));
+                    out = rest;
+                    let queries = positions.clone().flat_map(|t| {
+                        let heads = &qs[t * dim + kv_head * group * head_dim..][..group * head_dim];
+                        heads.chunks_exact(head_dim).map(move |q| (q, pos0 + t + 1))
+                    });
+                    layer.attend_queries(kv_head, queries, att, seq, mine);
                 }
             });
+            // Unit-major [tile][kv head][position][head] to position-major.
+            let mut from = 0;
+            for u in 0..units {
+                let span = group * head_dim;
+                let kv_head = u % n_kv_heads;
+                for t in unit_positions(u) {
+                    c.xbs[t * dim + kv_head * span..][..span].copy_from_slice(&c.xb2s[from..from + span]);
+                    from += span;
+                }
+            }
 
             let qa = ops::quantize_rows(c.act_q, c.act_d, c.xbs, dim, n);
             exec.matmul(c.xb2s[..n * dim].chunks_exact_mut(dim), &lw.wo, &qa);
@@ -788,24 +806,92 @@ fn check_logits(logits: &[f32], pos: usize) -> Result<()> {
     }
 }
 
-/// Where thread `i`'s share of a chunk's attention starts (for i = threads,
-/// where the last one ends), as an index into the chunk's (position, head)
-/// pairs, position-major: pair u is position u / n_heads, head u % n_heads.
-/// A pair's cost grows with the positions it attends over (pos0 + t + 1,
-/// plus a fixed part for its softmax and set-up), so the shares split that
-/// cost evenly rather than the pair count.
-fn attention_cut(i: usize, threads: usize, n: usize, n_heads: usize, pos0: usize) -> usize {
-    const FIXED: usize = 16;
-    let cost = |u: usize| pos0 + u / n_heads + 1 + FIXED;
-    let pairs = n * n_heads;
-    let total: usize = (0..pairs).map(cost).sum();
+/// Where thread `i`'s share of `units` work units starts (for i =
+/// threads, where the last one ends), the units cut into contiguous
+/// shares of about equal `cost` rather than equal counts: a prompt
+/// chunk's attention units cost more the later their positions.
+fn cost_cut(i: usize, threads: usize, units: usize, cost: impl Fn(usize) -> usize) -> usize {
+    let total: usize = (0..units).map(&cost).sum();
     let goal = total * i / threads;
     let (mut done, mut u) = (0, 0);
-    while u < pairs && done < goal {
+    while u < units && done < goal {
         done += cost(u);
         u += 1;
     }
     u
+}
+
+/// A query's attention cost in keys, beyond the keys themselves: its
+/// softmax and set-up.
+const ATTN_FIXED_COST: usize = 16;
+
+/// Positions per query tile of a prompt chunk's attention: with SmolLM2's
+/// three query heads per KV head, 24 queries read each key and value tile
+/// while it is in L1.
+const QUERY_TILE: usize = 8;
+
+/// Keys per tile in a prompt chunk's attention: a tile of one KV head's
+/// rows (SmolLM2: 16 × 256 bytes) stays in L1 while every query of the
+/// unit reads it.
+const KEY_TILE: usize = 64;
+
+/// One layer's KV cache, as a prompt chunk's attention reads it.
+struct AttnLayer<'a> {
+    keys: &'a [f32],
+    values: &'a [f32],
+    kv_dim: usize,
+    head_dim: usize,
+    scale: f32,
+}
+
+impl AttnLayer<'_> {
+    /// Attention of `queries` (each a query head's vector, all of KV head
+    /// `kv_head`, and how many positions it attends over), query r with
+    /// row r of `att` (`seq` floats) and `head_dim` slice r of `out`.
+    ///
+    /// The keys run in tiles, every query over one tile before the next,
+    /// so a tile's rows come from memory once for all of them. Each
+    /// query's scores, softmax and sums are the kernels' operations in the
+    /// order `attend_heads` (decode) runs them: a score depends on its own
+    /// row alone, and `attn_mix` adds row after row into `out`, so neither
+    /// the tiling nor the query order changes a bit.
+    fn attend_queries<'q>(
+        &self,
+        kv_head: usize,
+        queries: impl Iterator<Item = (&'q [f32], usize)> + Clone,
+        att: &mut [f32],
+        seq: usize,
+        out: &mut [f32],
+    ) {
+        let (kv_dim, head_dim) = (self.kv_dim, self.head_dim);
+        let offset = kv_head * head_dim;
+        let longest = queries.clone().map(|(_, len)| len).max().unwrap_or(0);
+        let tiles = || {
+            (0..longest)
+                .step_by(KEY_TILE)
+                .map(|k0| k0..(k0 + KEY_TILE).min(longest))
+        };
+        for tile in tiles() {
+            let rows = &self.keys[tile.start * kv_dim + offset..];
+            for ((q, len), att) in queries.clone().zip(att.chunks_mut(seq)) {
+                if len > tile.start {
+                    ops::attn_scores(&mut att[tile.start..tile.end.min(len)], q, rows, kv_dim, self.scale);
+                }
+            }
+        }
+        for ((_, len), (att, out)) in queries.clone().zip(att.chunks_mut(seq).zip(out.chunks_mut(head_dim))) {
+            ops::softmax(&mut att[..len]);
+            out.fill(0.0);
+        }
+        for tile in tiles() {
+            let rows = &self.values[tile.start * kv_dim + offset..];
+            for ((_, len), (att, out)) in queries.clone().zip(att.chunks(seq).zip(out.chunks_mut(head_dim))) {
+                if len > tile.start {
+                    ops::attn_mix(out, &att[tile.start..tile.end.min(len)], rows, kv_dim);
+                }
+            }
+        }
+    }
 }
 
 /// Positions per attention tile: 16 rows of a GQA cache (SmolLM2: 16 ×

@@ -254,6 +254,36 @@ pub(super) fn bench_kernels(seconds: f64, custom: &[(usize, usize)]) -> Result<V
         });
         push("dot_f32", n * 8, 2 * n, t);
     }
+    // Attention at SmolLM2's shape (head_dim 64 in rows of 192, its KV
+    // width): a key tile as a prompt chunk's attention runs it, and a
+    // whole 2048-position history as a decoded token reads it.
+    let (head_dim, stride) = (64usize, 192usize);
+    for keys in [16usize, 64, 2048] {
+        let cache: Vec<f32> = (0..keys * stride).map(|_| rng.symmetric(1.0)).collect();
+        let q: Vec<f32> = (0..head_dim).map(|_| rng.symmetric(1.0)).collect();
+        let mut scores = vec![0.0f32; keys];
+        let mut out = vec![0.0f32; head_dim];
+        let shape = format!("keys={keys} head_dim={head_dim}");
+        let mut push = |kernel: &str, t: Duration| {
+            rows_out.push(KernelRow {
+                threads: 1,
+                kernel: kernel.to_string(),
+                shape: shape.clone(),
+                bytes: keys * head_dim * 4,
+                ops: 2 * keys * head_dim,
+                seconds: t.as_secs_f64(),
+            })
+        };
+        let t = best_time(seconds / 4.0, || {
+            kernels::attn_scores(black_box(&mut scores), &q, &cache, stride, 0.125)
+        });
+        push("attn_scores", t);
+        let p: Vec<f32> = (0..keys).map(|_| rng.symmetric(1.0).abs() / keys as f32).collect();
+        let t = best_time(seconds / 4.0, || {
+            kernels::attn_mix(black_box(&mut out), &p, &cache, stride)
+        });
+        push("attn_mix", t);
+    }
     Ok(rows_out)
 }
 
