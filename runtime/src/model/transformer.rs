@@ -696,7 +696,9 @@ impl Transformer<'_> {
                 let t0 = (u / n_kv_heads) * QUERY_TILE;
                 t0..(t0 + QUERY_TILE).min(n)
             };
-            let unit_floats = |u: usize| unit_positions(u).len() * group * head_dim;
+            // A position's query heads of one KV head, side by side.
+            let span = group * head_dim;
+            let unit_floats = |u: usize| unit_positions(u).len() * span;
             let cost = |u: usize| unit_positions(u).map(|t| pos0 + t + 1 + ATTN_FIXED_COST).sum::<usize>();
             let mut outs = &mut c.xb2s[..n * dim];
             let parts = c
@@ -729,7 +731,7 @@ impl Transformer<'_> {
                     let (mine, rest) = std::mem::take(&mut out).split_at_mut(unit_floats(u));
                     out = rest;
                     let queries = positions.clone().flat_map(|t| {
-                        let heads = &qs[t * dim + kv_head * group * head_dim..][..group * head_dim];
+                        let heads = &qs[t * dim + kv_head * span..][..span];
                         heads.chunks_exact(head_dim).map(move |q| (q, pos0 + t + 1))
                     });
                     layer.attend_queries(kv_head, queries, att, seq, mine);
@@ -738,7 +740,6 @@ impl Transformer<'_> {
             // Unit-major [tile][kv head][position][head] to position-major.
             let mut from = 0;
             for u in 0..units {
-                let span = group * head_dim;
                 let kv_head = u % n_kv_heads;
                 for t in unit_positions(u) {
                     c.xbs[t * dim + kv_head * span..][..span].copy_from_slice(&c.xb2s[from..from + span]);
@@ -831,8 +832,9 @@ const ATTN_FIXED_COST: usize = 16;
 const QUERY_TILE: usize = 8;
 
 /// Keys per tile in a prompt chunk's attention: a tile of one KV head's
-/// rows (SmolLM2: 16 × 256 bytes) stays in L1 while every query of the
-/// unit reads it.
+/// rows (SmolLM2: 64 × 256 bytes) stays in L1 while every query of the
+/// unit reads it. SmolLM2-135M Q8_0 pp2000, avx2, 1 thread, 3 interleaved
+/// rounds: 242–244 tok/s with 16, 246–249 with 32, 249–251 with 64.
 const KEY_TILE: usize = 64;
 
 /// One layer's KV cache, as a prompt chunk's attention reads it.

@@ -255,7 +255,7 @@ pub(super) fn bench_kernels(seconds: f64, custom: &[(usize, usize)]) -> Result<V
         push("dot_f32", n * 8, 2 * n, t);
     }
     // Attention at SmolLM2's shape (head_dim 64 in rows of 192, its KV
-    // width): a key tile as a prompt chunk's attention runs it, and a
+    // width): decode's 16-key tile, a prompt chunk's 64-key tile, and a
     // whole 2048-position history as a decoded token reads it.
     let (head_dim, stride) = (64usize, 192usize);
     for keys in [16usize, 64, 2048] {
